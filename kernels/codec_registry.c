@@ -1,0 +1,181 @@
+/* The codec table and the two public entry points that dispatch through it. All argument,
+ * parameter, size and backend checks live here, once, before any codec runs. */
+#include <math.h>
+#include <string.h>
+
+#include "codec_internal.h"
+
+static int finite_positive(float x) { return isfinite(x) && x > 0.0f; }
+static int unit_interval(float x) { return isfinite(x) && x > 0.0f && x <= 1.0f; }
+
+static ga_status validate_nothing(const ga_codec_params *p)
+{
+    (void)p;
+    return GA_OK;
+}
+
+static ga_status validate_2bit(const ga_codec_params *p)
+{
+    return finite_positive(p->threshold) ? GA_OK : GA_E_THRESHOLD;
+}
+
+static ga_status validate_1bit(const ga_codec_params *p)
+{
+    return isfinite(p->threshold) ? GA_OK : GA_E_THRESHOLD;
+}
+
+static ga_status validate_topk(const ga_codec_params *p)
+{
+    if (!unit_interval(p->ratio) || !unit_interval(p->sample_fraction)) return GA_E_RATIO;
+    if (p->adapt_rounds > GA_TOPK_MAX_ROUNDS) return GA_E_INVAL;
+    if (p->topk_values != GA_TOPK_VALUES_FP32 && p->topk_values != GA_TOPK_VALUES_FP16) return GA_E_INVAL;
+    if (p->topk_indices != GA_TOPK_INDICES_INT32 && p->topk_indices != GA_TOPK_INDICES_VARINT) return GA_E_INVAL;
+    return GA_OK;
+}
+
+static size_t words_of(size_t n, size_t per_word) { return (n + per_word - 1) / per_word; }
+
+static size_t size_none(const ga_codec_params *p, size_t n) { (void)p; return 4 * n; }
+static size_t size_half(const ga_codec_params *p, size_t n) { (void)p; return 2 * n; }
+static size_t size_2bit(const ga_codec_params *p, size_t n) { (void)p; return 4 * words_of(n, 16); }
+static size_t size_1bit(const ga_codec_params *p, size_t n) { (void)p; return 4 * words_of(n, 32); }
+
+static size_t size_1bit_scaled(const ga_codec_params *p, size_t n)
+{
+    return 4 * words_of(n, GA_1BIT_SCALED_BLOCK) + size_1bit(p, n);
+}
+
+/* Header (u32 count) + count values + count indices (a varint takes at most 5 bytes). */
+static size_t size_topk(const ga_codec_params *p, size_t n)
+{
+    size_t k = (size_t)ceil((double)n * (double)p->ratio);
+    if (k > n) k = n;
+    size_t value_bytes = p->topk_values == GA_TOPK_VALUES_FP16 ? 2 : 4;
+    size_t index_bytes = p->topk_indices == GA_TOPK_INDICES_VARINT ? 5 : 4;
+    return 4 + k * (value_bytes + index_bytes);
+}
+
+#ifdef GA_HAVE_CUDA
+#define GA_BOTH(codec, op) {ga_##codec##_##op##_cpu, ga_##codec##_##op##_cuda}
+#else
+#define GA_BOTH(codec, op) {ga_##codec##_##op##_cpu, NULL}
+#endif
+
+#define GA_ROW(label, codec, residual, fixed, max, validate, size) \
+    {label, residual, fixed, max, validate, size, GA_BOTH(codec, encode), GA_BOTH(codec, decode_add)}
+
+static const ga_codec_row codec_table[GA_CODEC_COUNT] = {
+    [GA_CODEC_NONE] = GA_ROW("none", none, false, true, UINT64_MAX, validate_nothing, size_none),
+    [GA_CODEC_FP16] = GA_ROW("fp16", fp16, false, true, UINT64_MAX, validate_nothing, size_half),
+    [GA_CODEC_BF16] = GA_ROW("bf16", bf16, false, true, UINT64_MAX, validate_nothing, size_half),
+    [GA_CODEC_2BIT] = GA_ROW("2bit", q2bit, true, true, UINT64_MAX, validate_2bit, size_2bit),
+    [GA_CODEC_1BIT] = GA_ROW("1bit", q1bit, true, true, UINT64_MAX, validate_1bit, size_1bit),
+    [GA_CODEC_1BIT_SCALED] =
+        GA_ROW("1bit_scaled", q1bit_scaled, true, true, UINT64_MAX, validate_nothing, size_1bit_scaled),
+    [GA_CODEC_TOPK] = GA_ROW("topk", topk, true, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk),
+};
+
+static const ga_codec_row *row_of(ga_codec_id codec)
+{
+    return (unsigned)codec < GA_CODEC_COUNT ? &codec_table[codec] : NULL;
+}
+
+ga_codec_params ga_codec_params_default(ga_codec_id codec)
+{
+    ga_codec_params p = {
+        .threshold = codec == GA_CODEC_1BIT ? 0.0f : 0.5f,
+        .ratio = 0.001f,
+        .sample_fraction = 0.01f,
+        .adapt_rounds = 10,
+        .seed = 0,
+        .topk_values = GA_TOPK_VALUES_FP32,
+        .topk_indices = GA_TOPK_INDICES_INT32,
+    };
+    return p;
+}
+
+const char *ga_codec_name(ga_codec_id codec)
+{
+    const ga_codec_row *row = row_of(codec);
+    return row ? row->name : NULL;
+}
+
+ga_status ga_codec_from_name(const char *name, ga_codec_id *out)
+{
+    if (!name || !out) return GA_E_INVAL;
+    for (int c = 0; c < GA_CODEC_COUNT; c++) {
+        if (strcmp(codec_table[c].name, name) == 0) {
+            *out = (ga_codec_id)c;
+            return GA_OK;
+        }
+    }
+    return GA_E_CODEC;
+}
+
+bool ga_codec_has_residual(ga_codec_id codec)
+{
+    const ga_codec_row *row = row_of(codec);
+    return row && row->has_residual;
+}
+
+bool ga_codec_fixed_size(ga_codec_id codec)
+{
+    const ga_codec_row *row = row_of(codec);
+    return row && row->fixed_size;
+}
+
+ga_status ga_codec_params_validate(ga_codec_id codec, const ga_codec_params *params)
+{
+    const ga_codec_row *row = row_of(codec);
+    if (!row) return GA_E_CODEC;
+    if (!params) return GA_E_INVAL;
+    return row->validate(params);
+}
+
+ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t *bytes)
+{
+    GA_CHECK(ga_codec_params_validate(codec, params));
+    const ga_codec_row *row = row_of(codec);
+    /* The 4n of fp32 is the largest fixed size; it must not overflow size_t either. */
+    if ((uint64_t)n > row->max_elements || n > SIZE_MAX / 8) return GA_E_TOO_LARGE;
+    if (!bytes) return GA_E_INVAL;
+    *bytes = row->encoded_size(params, n);
+    return GA_OK;
+}
+
+/* Resolves the backend's implementation, or says why there is none. */
+static ga_status backend_check(const ga_exec *ex)
+{
+    if (!ex) return GA_E_INVAL;
+    if (ex->backend == GA_BACKEND_CPU) return GA_OK;
+    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
+    if (!ga_cuda_built()) return GA_E_NO_CUDA;
+    return ga_cuda_device_count() > 0 ? GA_OK : GA_E_NO_DEVICE;
+}
+
+ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                          const float *grad, float *residual, size_t n, void *out, size_t cap,
+                          size_t *out_len)
+{
+    size_t need;
+    GA_CHECK(ga_codec_encoded_size(codec, params, n, &need));
+    GA_CHECK(backend_check(ex));
+    const ga_codec_row *row = row_of(codec);
+    if (!out_len || (n > 0 && !grad) || (need > 0 && !out)) return GA_E_INVAL;
+    if (row->has_residual != (residual != NULL) && n > 0) return GA_E_INVAL;
+    if ((uintptr_t)out % 4 != 0) return GA_E_INVAL;
+    if (cap < need) return GA_E_CAPACITY;
+    return row->encode[ex->backend](ex, params, grad, residual, n, (uint8_t *)out, cap, out_len);
+}
+
+ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                              const void *payload, size_t len, size_t n, float *sum)
+{
+    size_t expect;
+    GA_CHECK(ga_codec_encoded_size(codec, params, n, &expect));
+    GA_CHECK(backend_check(ex));
+    const ga_codec_row *row = row_of(codec);
+    if ((n > 0 && !sum) || (len > 0 && !payload) || (uintptr_t)payload % 4 != 0) return GA_E_INVAL;
+    if (row->fixed_size ? len != expect : len > expect) return GA_E_LENGTH;
+    return row->decode_add[ex->backend](ex, params, (const uint8_t *)payload, len, n, sum);
+}

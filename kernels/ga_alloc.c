@@ -1,0 +1,72 @@
+/* Accounted host allocator: a 64-byte header in front of each block records its size. */
+#include "ga_alloc.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct block_header {
+    uint64_t bytes;
+    uint64_t magic;
+    unsigned char pad[GA_ALLOC_ALIGN - 2 * sizeof(uint64_t)];
+} block_header;
+
+_Static_assert(sizeof(block_header) == GA_ALLOC_ALIGN, "header keeps the block aligned");
+
+#define BLOCK_MAGIC 0x6761616c6c6f6321ull /* "gaalloc!" */
+
+static _Atomic uint64_t mem_in_use[GA_MEM_DOMAINS];
+static _Atomic uint64_t mem_peak[GA_MEM_DOMAINS];
+
+void ga_mem_account_add(ga_mem_domain domain, uint64_t bytes)
+{
+    uint64_t now = atomic_fetch_add(&mem_in_use[domain], bytes) + bytes;
+    uint64_t peak = atomic_load(&mem_peak[domain]);
+    while (now > peak && !atomic_compare_exchange_weak(&mem_peak[domain], &peak, now)) {
+    }
+}
+
+void ga_mem_account_sub(ga_mem_domain domain, uint64_t bytes)
+{
+    atomic_fetch_sub(&mem_in_use[domain], bytes);
+}
+
+uint64_t ga_mem_in_use(ga_mem_domain domain)
+{
+    return domain < GA_MEM_DOMAINS ? atomic_load(&mem_in_use[domain]) : 0;
+}
+
+uint64_t ga_mem_peak(ga_mem_domain domain)
+{
+    return domain < GA_MEM_DOMAINS ? atomic_load(&mem_peak[domain]) : 0;
+}
+
+void *ga_malloc(size_t bytes)
+{
+    if (bytes > SIZE_MAX - 2 * GA_ALLOC_ALIGN) return NULL;
+    /* Round up so aligned_alloc's size-multiple rule holds. */
+    size_t total = sizeof(block_header) + ((bytes + GA_ALLOC_ALIGN - 1) & ~(size_t)(GA_ALLOC_ALIGN - 1));
+    block_header *h = aligned_alloc(GA_ALLOC_ALIGN, total);
+    if (!h) return NULL;
+    h->bytes = bytes;
+    h->magic = BLOCK_MAGIC;
+    ga_mem_account_add(GA_MEM_HOST, bytes);
+    return h + 1;
+}
+
+void *ga_calloc(size_t count, size_t size)
+{
+    if (size && count > SIZE_MAX / size) return NULL;
+    void *p = ga_malloc(count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
+void ga_free(void *p)
+{
+    if (!p) return;
+    block_header *h = (block_header *)p - 1;
+    ga_mem_account_sub(GA_MEM_HOST, h->bytes);
+    h->magic = 0;
+    free(h);
+}

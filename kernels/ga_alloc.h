@@ -1,0 +1,52 @@
+/* The one accounted allocator for host and device memory. Every buffer of gradagg goes through
+ * it, so the service can enforce a memory budget and tests can assert that usage returns to zero.
+ * All functions are thread-safe. */
+#ifndef GA_ALLOC_H
+#define GA_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Alignment of every host block: one cache line, and a full AVX-512 vector. */
+#define GA_ALLOC_ALIGN 64
+
+typedef enum ga_mem_domain {
+    GA_MEM_HOST = 0,   /* pageable host memory */
+    GA_MEM_PINNED = 1, /* page-locked host memory (CUDA builds only) */
+    GA_MEM_DEVICE = 2, /* CUDA device memory */
+    GA_MEM_DOMAINS = 3
+} ga_mem_domain;
+
+/* Returns owned, GA_ALLOC_ALIGN-aligned, uninitialised host memory (free with ga_free), or NULL.
+ * A request of 0 bytes returns a valid unique block. */
+void *ga_malloc(size_t bytes);
+/* As ga_malloc, zero-filled. */
+void *ga_calloc(size_t count, size_t size);
+/* Frees a block from ga_malloc/ga_calloc. ga_free(NULL) is a no-op. */
+void ga_free(void *p);
+
+/* Device and pinned memory (implemented in ga_alloc_cuda.cu). Without CUDA, allocation fails
+ * with GA_E_NO_CUDA. *out is written only on success. Freeing NULL is a no-op. */
+ga_status ga_device_malloc(size_t bytes, void **out);
+void ga_device_free(void *p);
+ga_status ga_pinned_malloc(size_t bytes, void **out);
+void ga_pinned_free(void *p);
+
+/* Bytes currently allocated, and the high-water mark, in one domain. */
+uint64_t ga_mem_in_use(ga_mem_domain domain);
+uint64_t ga_mem_peak(ga_mem_domain domain);
+
+/* Accounting hooks for the CUDA allocator file; not for other callers. */
+void ga_mem_account_add(ga_mem_domain domain, uint64_t bytes);
+void ga_mem_account_sub(ga_mem_domain domain, uint64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,107 @@
+/* Gradient codecs: the public contract shared by the client SDK (encode) and the server
+ * (decode_add). Byte layouts: docs/wire-format.md. One registry row per codec
+ * (codec_registry.c); each codec has a CPU (OpenMP) and a CUDA implementation behind the same
+ * signature, producing bit-identical bytes and sums.
+ *
+ * Pointers: on GA_BACKEND_CPU all buffers are host memory; on GA_BACKEND_CUDA grad, residual,
+ * out, payload and sum are device memory (out_len stays a host pointer). All buffers are
+ * borrowed for the duration of the call. Every function is thread-safe for distinct buffers.
+ * Payload buffers (out, payload) must be 4-byte aligned (GA_E_INVAL otherwise); float buffers
+ * are naturally aligned.
+ *
+ * Failure: a call that returns an error leaves residual and sum exactly as they were, and
+ * writes *out_len only on success. Nothing aborts on bad input. */
+#ifndef GA_CODEC_H
+#define GA_CODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_exec.h"
+#include "ga_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Wire ids: stable, carried in every chunk. */
+typedef enum ga_codec_id {
+    GA_CODEC_NONE = 0,        /* fp32 little-endian */
+    GA_CODEC_FP16 = 1,        /* IEEE binary16, round to nearest even */
+    GA_CODEC_BF16 = 2,        /* bfloat16, round to nearest even */
+    GA_CODEC_2BIT = 3,        /* MXNet 2-bit: {-t, 0, +t}, 16 values per 32-bit word */
+    GA_CODEC_1BIT = 4,        /* MXNet-master 1-bit: +-1, 32 values per word */
+    GA_CODEC_1BIT_SCALED = 5, /* sign bits + one fp32 scale (mean |x|) per block */
+    GA_CODEC_TOPK = 6,        /* DGC top-k: (index, value) pairs */
+    GA_CODEC_COUNT = 7
+} ga_codec_id;
+
+typedef enum ga_topk_values { GA_TOPK_VALUES_FP32 = 0, GA_TOPK_VALUES_FP16 = 1 } ga_topk_values;
+typedef enum ga_topk_indices { GA_TOPK_INDICES_INT32 = 0, GA_TOPK_INDICES_VARINT = 1 } ga_topk_indices;
+
+/* Elements per scale of GA_CODEC_1BIT_SCALED. */
+#define GA_1BIT_SCALED_BLOCK 1024u
+/* Top-k selects exactly (no sampling) at or below this many elements. */
+#define GA_TOPK_EXACT_MAX 65536u
+/* Most threshold relaxations a top-k encode may be asked for. */
+#define GA_TOPK_MAX_ROUNDS 64u
+/* Top-k indices are 32-bit: the largest tensor it can carry. */
+#define GA_TOPK_MAX_ELEMENTS 0xFFFFFFFFull
+
+/* Codec parameters as carried on the wire (floats as exact IEEE bits, never as text).
+ * A codec reads only its own fields; see ga_codec_params_default. */
+typedef struct ga_codec_params {
+    float threshold;         /* 2bit: t, finite and > 0. 1bit: t, finite (compared with >). */
+    float ratio;             /* topk: keep ratio, in (0, 1]; k = ceil(n * ratio) */
+    float sample_fraction;   /* topk: fraction sampled for the threshold, in (0, 1] */
+    uint32_t adapt_rounds;   /* topk: most times the threshold is relaxed by 0.8 */
+    uint64_t seed;           /* topk: picks the sample's start; vary it per step */
+    uint8_t topk_values;     /* topk: ga_topk_values */
+    uint8_t topk_indices;    /* topk: ga_topk_indices */
+} ga_codec_params;
+
+/* Defaults: 2bit t = 0.5 (MXNet), 1bit t = 0 (MXNet), topk ratio 0.001, sample 0.01,
+ * 10 rounds, seed 0, fp32 values, int32 indices (DGC). */
+ga_codec_params ga_codec_params_default(ga_codec_id codec);
+
+/* "none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk"; NULL for an unknown id. */
+const char *ga_codec_name(ga_codec_id codec);
+/* Looks a codec up by name. *out written on success; GA_E_CODEC otherwise. */
+ga_status ga_codec_from_name(const char *name, ga_codec_id *out);
+/* True for codecs that keep an error-feedback residual on the sender (2bit, 1bit,
+ * 1bit_scaled, topk). Their encode requires a residual buffer; the others take NULL. */
+bool ga_codec_has_residual(ga_codec_id codec);
+/* True when the payload size depends only on n (every codec but topk). */
+bool ga_codec_fixed_size(ga_codec_id codec);
+
+/* Checks the fields the codec reads: GA_E_CODEC, GA_E_THRESHOLD, GA_E_RATIO or GA_E_INVAL. */
+ga_status ga_codec_params_validate(ga_codec_id codec, const ga_codec_params *params);
+
+/* Bytes of a payload of n elements: exact for fixed-size codecs, the most an encode can
+ * produce for topk. GA_E_TOO_LARGE when n exceeds the codec's limit. */
+ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t *bytes);
+
+/* Encodes n gradients into out (capacity `cap` bytes) and writes the payload length.
+ * Codecs with a residual first add grad into residual (error feedback), encode the sum and
+ * leave what was not sent in residual; grad is read only.
+ * Errors: parameter errors as ga_codec_params_validate; GA_E_INVAL (NULL buffer, residual
+ * given or missing against ga_codec_has_residual); GA_E_CAPACITY; GA_E_NONFINITE when grad
+ * holds NaN or Inf (checked before residual changes); GA_E_RANGE when a dense fp16/bf16
+ * value overflows the wire type; GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
+ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                          const float *grad, float *residual, size_t n, void *out, size_t cap,
+                          size_t *out_len);
+
+/* Decodes a payload of n elements and adds it into sum: sum[i] = sum[i] + decoded[i] for
+ * every i (zeros included), with no dense temporary. Validates everything first; on any error
+ * sum is untouched. Errors: parameter errors; GA_E_LENGTH; GA_E_INDEX_RANGE; GA_E_INDEX_ORDER;
+ * GA_E_NONFINITE (a value, or a 1bit_scaled scale, that is NaN or Inf, or a negative scale);
+ * GA_E_VARINT; GA_E_TOO_LARGE; GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
+ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                              const void *payload, size_t len, size_t n, float *sum);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

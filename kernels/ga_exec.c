@@ -1,0 +1,47 @@
+/* CPU side of ga_exec: thread count by size and SIMD detection. */
+#include "ga_exec.h"
+
+#include <omp.h>
+
+int ga_exec_threads(const ga_exec *ex, double bytes)
+{
+    int max = ex && ex->max_threads > 0 ? ex->max_threads : omp_get_max_threads();
+    double want = bytes / (double)GA_PARALLEL_MIN_BYTES;
+    if (want < 1.0) return 1;
+    return want < (double)max ? (int)want : max;
+}
+
+ga_simd ga_cpu_simd(void)
+{
+    static ga_simd detected = GA_SIMD_AUTO;
+    if (detected != GA_SIMD_AUTO) return detected;
+    ga_simd level = GA_SIMD_SCALAR;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+        level = GA_SIMD_AVX2;
+    if (level == GA_SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        level = GA_SIMD_AVX512;
+#endif
+    detected = level; /* a benign race: every thread computes the same value */
+    return level;
+}
+
+ga_simd ga_exec_simd(const ga_exec *ex)
+{
+    ga_simd best = ga_cpu_simd();
+    if (!ex || ex->simd == GA_SIMD_AUTO || ex->simd > best) return best;
+    return ex->simd;
+}
+
+const char *ga_simd_name(ga_simd simd)
+{
+    switch (simd) {
+    case GA_SIMD_AUTO: return "auto";
+    case GA_SIMD_SCALAR: return "scalar";
+    case GA_SIMD_AVX2: return "avx2";
+    case GA_SIMD_AVX512: return "avx512";
+    }
+    return "unknown";
+}

@@ -1,0 +1,26 @@
+/* Names and messages for ga_status, generated from GA_STATUS_MAP. */
+#include "ga_status.h"
+
+const char *ga_status_name(int status)
+{
+    switch (status) {
+#define GA_STATUS_NAME(name, value, msg) \
+    case value:                          \
+        return "GA_" #name;
+        GA_STATUS_MAP(GA_STATUS_NAME)
+#undef GA_STATUS_NAME
+    }
+    return "GA_UNKNOWN";
+}
+
+const char *ga_strerror(int status)
+{
+    switch (status) {
+#define GA_STATUS_MSG(name, value, msg) \
+    case value:                         \
+        return msg;
+        GA_STATUS_MAP(GA_STATUS_MSG)
+#undef GA_STATUS_MSG
+    }
+    return "unknown status";
+}

@@ -1,0 +1,60 @@
+/* Status codes for every gradagg module: one X-macro table, 0 is success, errors are negative.
+ * ga_status_name() and ga_strerror() are generated from the same table. */
+#ifndef GA_STATUS_H
+#define GA_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, message). Values are stable: they may be logged and compared across versions. */
+#define GA_STATUS_MAP(X)                                                                  \
+    X(OK, 0, "success")                                                                   \
+    X(E_INVAL, -1, "invalid argument")                                                    \
+    X(E_NOMEM, -2, "out of memory")                                                       \
+    X(E_CODEC, -3, "unknown codec")                                                       \
+    X(E_LENGTH, -4, "payload length does not match the element count and codec")          \
+    X(E_INDEX_RANGE, -5, "index out of range")                                            \
+    X(E_INDEX_ORDER, -6, "indices not strictly increasing")                               \
+    X(E_NONFINITE, -7, "non-finite value")                                                \
+    X(E_THRESHOLD, -8, "threshold must be finite and > 0")                                \
+    X(E_RATIO, -9, "ratio or fraction outside (0, 1]")                                    \
+    X(E_CAPACITY, -10, "output buffer too small")                                         \
+    X(E_RANGE, -11, "value outside the range of the wire type")                           \
+    X(E_TOO_LARGE, -12, "element count exceeds the codec's limit")                        \
+    X(E_VARINT, -13, "malformed varint")                                                  \
+    X(E_NO_CUDA, -14, "built without CUDA")                                               \
+    X(E_NO_DEVICE, -15, "no CUDA device available")                                       \
+    X(E_CUDA, -16, "CUDA runtime error")                                                  \
+    X(E_BACKEND, -17, "unknown backend")                                                  \
+    X(E_OPTIM, -18, "invalid optimizer hyper-parameter")
+
+typedef enum ga_status {
+#define GA_STATUS_ENUM(name, value, msg) GA_##name = value,
+    GA_STATUS_MAP(GA_STATUS_ENUM)
+#undef GA_STATUS_ENUM
+} ga_status;
+
+/* "GA_E_LENGTH" for GA_E_LENGTH; "GA_UNKNOWN" for a value not in the table. Static strings. */
+const char *ga_status_name(int status);
+/* Human-readable message for a status. Static string. */
+const char *ga_strerror(int status);
+
+/* Evaluate expr (a ga_status); on failure store it in rc and jump to label. */
+#define GA_CHECK_GOTO(expr, rc, label) \
+    do {                               \
+        (rc) = (expr);                 \
+        if ((rc) != GA_OK) goto label; \
+    } while (0)
+
+/* Evaluate expr (a ga_status) and return it on failure. */
+#define GA_CHECK(expr)                   \
+    do {                                 \
+        ga_status ga_check_rc_ = (expr); \
+        if (ga_check_rc_ != GA_OK) return ga_check_rc_; \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
