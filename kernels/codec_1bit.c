@@ -142,58 +142,111 @@ static float block_sum_scalar(float *r, const float *g, size_t len)
     return s[0];
 }
 
+/* Pass 2 over words [w_lo, w_hi) of a block starting at r (len elements). */
+static void block_signs_scalar(float *r, size_t len, float scale, uint32_t *words, size_t w_lo)
+{
+    for (size_t w = w_lo; w * 32 < len; w++) {
+        uint32_t word = 0;
+        for (size_t k = 0; k < 32 && w * 32 + k < len; k++) {
+            float v = r[w * 32 + k];
+            uint32_t bit = ga_1bit_scaled_bit(v);
+            r[w * 32 + k] = v - (bit ? scale : -scale);
+            word |= bit << ga_1bit_shift((uint32_t)k);
+        }
+        words[w] = word;
+    }
+}
+
+static void block_decode_scalar(float *sum, const uint32_t *words, size_t lo, size_t len, float scale)
+{
+    for (size_t i = lo; i < len; i++) {
+        uint32_t bit = (words[i / 32] >> ga_1bit_shift((uint32_t)(i % 32))) & 1u;
+        sum[i] = sum[i] + (bit ? scale : -scale);
+    }
+}
+
 #if GA_X86
+static __mmask16 lanes_below(size_t left) { return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1u); }
+
 GA_TARGET_AVX512 static float block_sum_avx512(float *r, const float *g, size_t len)
 {
-    __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps();
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (size_t i = 0; i < len; i += 32) {
-        size_t left = len - i;
-        __mmask16 m_lo = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1u);
-        __mmask16 m_hi = left >= 32 ? 0xFFFF : (left > 16 ? (__mmask16)((1u << (left - 16)) - 1u) : 0);
-        __m512 v_lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m_lo, r + i), _mm512_maskz_loadu_ps(m_lo, g + i));
-        __m512 v_hi =
-            _mm512_add_ps(_mm512_maskz_loadu_ps(m_hi, r + i + 16), _mm512_maskz_loadu_ps(m_hi, g + i + 16));
-        _mm512_mask_storeu_ps(r + i, m_lo, v_lo);
-        _mm512_mask_storeu_ps(r + i + 16, m_hi, v_hi);
-        /* Masked-off lanes add +0, which leaves a lane sum (never -0) unchanged. */
-        acc_lo = _mm512_add_ps(acc_lo, _mm512_abs_ps(v_lo));
-        acc_hi = _mm512_add_ps(acc_hi, _mm512_abs_ps(v_hi));
+        for (int h = 0; h < 2; h++) {
+            size_t at = i + 16 * (size_t)h;
+            __mmask16 m = at < len ? lanes_below(len - at) : 0;
+            __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, r + at), _mm512_maskz_loadu_ps(m, g + at));
+            _mm512_mask_storeu_ps(r + at, m, v);
+            /* Masked-off lanes add +0, which leaves a lane sum (never -0) unchanged. */
+            acc[h] = _mm512_add_ps(acc[h], _mm512_abs_ps(v));
+        }
     }
     float s[GA_1BIT_SCALED_LANES];
-    _mm512_storeu_ps(s, acc_lo);
-    _mm512_storeu_ps(s + 16, acc_hi);
+    _mm512_storeu_ps(s, acc[0]);
+    _mm512_storeu_ps(s + 16, acc[1]);
     ga_1bit_scaled_fold(s);
     return s[0];
+}
+
+/* Whole words only; returns the first word left for the scalar tail. */
+GA_TARGET_AVX512 static size_t block_signs_avx512(float *r, size_t len, float scale, uint32_t *words)
+{
+    const __m512 zero = _mm512_setzero_ps(), pos = _mm512_set1_ps(scale), neg = _mm512_set1_ps(-scale);
+    size_t w = 0;
+    for (; (w + 1) * 32 <= len; w++) {
+        uint32_t mask = 0;
+        for (int h = 0; h < 2; h++) {
+            float *x = r + w * 32 + 16 * (size_t)h;
+            __m512 v = _mm512_loadu_ps(x);
+            __mmask16 up = _mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ);
+            _mm512_storeu_ps(x, _mm512_sub_ps(v, _mm512_mask_blend_ps(up, neg, pos)));
+            mask |= (uint32_t)up << (16 * h);
+        }
+        words[w] = ga_1bit_word_from_mask(mask);
+    }
+    return w;
+}
+
+GA_TARGET_AVX512 static size_t block_decode_avx512(float *sum, const uint32_t *words, size_t len, float scale)
+{
+    const __m512i bits_lo = LANE_BITS(0), bits_hi = LANE_BITS(16);
+    const __m512 pos = _mm512_set1_ps(scale), neg = _mm512_set1_ps(-scale);
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+        __m512i word = _mm512_set1_epi32((int)words[i / 32]);
+        for (int h = 0; h < 2; h++) {
+            __mmask16 set = _mm512_test_epi32_mask(word, h ? bits_hi : bits_lo);
+            float *s = sum + i + 16 * h;
+            _mm512_storeu_ps(s, _mm512_add_ps(_mm512_loadu_ps(s), _mm512_mask_blend_ps(set, neg, pos)));
+        }
+    }
+    return i;
 }
 #endif
 
 static uint32_t scaled_encode_tile(void *vctx, size_t lo, size_t hi)
 {
     const q1bit_ctx *c = vctx;
-    int wide = ga_exec_simd(c->ex) == GA_SIMD_AVX512;
+    int wide = GA_X86 && ga_exec_simd(c->ex) == GA_SIMD_AVX512;
     for (size_t b = lo; b < hi; b += GA_1BIT_SCALED_BLOCK) {
         size_t len = hi - b < GA_1BIT_SCALED_BLOCK ? hi - b : GA_1BIT_SCALED_BLOCK;
         float *r = c->residual + b;
-        float total;
+        uint32_t *words = c->words + b / 32;
+        float total, scale;
+        size_t w_done = 0;
 #if GA_X86
-        if (wide)
+        if (wide) {
             total = block_sum_avx512(r, c->grad + b, len);
-        else
+            scale = total / (float)len;
+            w_done = block_signs_avx512(r, len, scale, words);
+        } else
 #endif
+        {
             total = block_sum_scalar(r, c->grad + b, len);
-        (void)wide;
-        float scale = total / (float)len;
-        c->scales[b / GA_1BIT_SCALED_BLOCK] = scale;
-        for (size_t w = 0; w * 32 < len; w++) {
-            uint32_t word = 0;
-            for (size_t k = 0; k < 32 && w * 32 + k < len; k++) {
-                float v = r[w * 32 + k];
-                uint32_t bit = ga_1bit_scaled_bit(v);
-                r[w * 32 + k] = v - (bit ? scale : -scale);
-                word |= bit << ga_1bit_shift((uint32_t)k);
-            }
-            c->words[b / 32 + w] = word;
+            scale = total / (float)len;
         }
+        block_signs_scalar(r, len, scale, words, w_done);
+        c->scales[b / GA_1BIT_SCALED_BLOCK] = scale;
     }
     return 0;
 }
@@ -201,10 +254,16 @@ static uint32_t scaled_encode_tile(void *vctx, size_t lo, size_t hi)
 static uint32_t scaled_decode_tile(void *vctx, size_t lo, size_t hi)
 {
     const q1bit_ctx *c = vctx;
-    for (size_t i = lo; i < hi; i++) {
-        float scale = c->scales[i / GA_1BIT_SCALED_BLOCK];
-        uint32_t bit = (c->words[i / 32] >> ga_1bit_shift((uint32_t)(i % 32))) & 1u;
-        c->sum[i] = c->sum[i] + (bit ? scale : -scale);
+    int wide = GA_X86 && ga_exec_simd(c->ex) == GA_SIMD_AVX512;
+    for (size_t b = lo; b < hi; b += GA_1BIT_SCALED_BLOCK) {
+        size_t len = hi - b < GA_1BIT_SCALED_BLOCK ? hi - b : GA_1BIT_SCALED_BLOCK;
+        float scale = c->scales[b / GA_1BIT_SCALED_BLOCK];
+        const uint32_t *words = c->words + b / 32;
+        size_t done = 0;
+#if GA_X86
+        if (wide) done = block_decode_avx512(c->sum + b, words, len, scale);
+#endif
+        block_decode_scalar(c->sum + b, words, done, len, scale);
     }
     return 0;
 }
