@@ -1,8 +1,12 @@
 /* Optimizer steps applied on the server to the aggregated gradient, CPU (OpenMP) and CUDA
  * behind one signature, bit-identical on both and for any thread count (scalar coefficients
- * are computed once on the host; no FMA contraction). On GA_BACKEND_CUDA the vectors are
- * device memory. Buffers are borrowed; state buffers are owned by the caller, zero at start.
- * A call with invalid hyper-parameters returns GA_E_OPTIM and changes nothing. */
+ * are computed once on the host; no FMA contraction), except for the bit pattern of a NaN
+ * result (non-finite gradients are the caller's to reject). On GA_BACKEND_CUDA the vectors are
+ * device memory and the step is queued on ex->cuda_stream (ga_exec_sync waits for it). Buffers
+ * are borrowed; state buffers are owned by the caller, zero at start. Vectors must not overlap.
+ * Checks, in order: ex or hp NULL, or a vector NULL with n > 0 -> GA_E_INVAL; hyper-parameters
+ * -> GA_E_OPTIM; backend -> GA_E_BACKEND / GA_E_NO_CUDA / GA_E_NO_DEVICE. A failed call changes
+ * nothing; n == 0 with valid arguments is a no-op. */
 #ifndef GA_OPTIM_H
 #define GA_OPTIM_H
 
@@ -39,8 +43,15 @@ ga_status ga_sgd_step(const ga_exec *ex, const ga_sgd_params *hp, float *param, 
  *   m = beta1 * m + (1 - beta1) * g
  *   v = beta2 * v + (1 - beta2) * (g * g)
  *   p = p - (lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps))
- * with 1 - beta1, 1 - beta2, 1 - lr*wd, lr / (1 - beta1^t) and sqrt(1 - beta2^t) computed
- * once on the host (powers in double, rounded to float). */
+ * with the scalars computed once on the host from the float hyper-parameters, in double and
+ * rounded to float once each:
+ *   c1 = (float)(1 - beta1), c2 = (float)(1 - beta2), decay = (float)(1 - lr * wd),
+ *   step_size = (float)(lr / (1 - pow(beta1, t))), sqrt_bc2 = (float)sqrt(1 - pow(beta2, t)),
+ * and then per element exactly, in float:
+ *   m = beta1 * m + c1 * g;  v = beta2 * v + c2 * (g * g);
+ *   p = p - step_size * (m / (sqrtf(v) / sqrt_bc2 + eps)).
+ * t >= 1 (t == 0 is GA_E_OPTIM), and so is a step whose step_size (or, for AdamW, decay) is
+ * not a finite float. */
 typedef struct ga_adam_params {
     float lr;
     float beta1;
