@@ -44,7 +44,7 @@ static void decode_scalar(const q1bit_ctx *c, size_t lo, size_t hi)
 
 #if GA_X86
 /* Lane k of a 16-lane vector holds element k of a half word: its bit in the word. */
-#define BIT_OF_LANE(k) (1 << (((k) & ~7) + 7 - ((k) & 7)))
+#define BIT_OF_LANE(k) ((int)(1u << (((k) & ~7) + 7 - ((k) & 7))))
 #define LANE_BITS(base)                                                                                   \
     _mm512_set_epi32(BIT_OF_LANE(base + 15), BIT_OF_LANE(base + 14), BIT_OF_LANE(base + 13),             \
                      BIT_OF_LANE(base + 12), BIT_OF_LANE(base + 11), BIT_OF_LANE(base + 10),             \

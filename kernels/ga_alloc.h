@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ga_exec.h"
 #include "ga_status.h"
 
 #ifdef __cplusplus
@@ -37,6 +38,11 @@ ga_status ga_device_malloc(size_t bytes, void **out);
 void ga_device_free(void *p);
 ga_status ga_pinned_malloc(size_t bytes, void **out);
 void ga_pinned_free(void *p);
+
+/* Copies bytes between any two of host, pinned and device memory. On GA_BACKEND_CUDA it is
+ * queued on ex->cuda_stream (wait with ga_exec_sync before reading dst or reusing src); on the
+ * CPU backend both pointers must be host memory and it is a memcpy. */
+ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes);
 
 /* Bytes currently allocated, and the high-water mark, in one domain. */
 uint64_t ga_mem_in_use(ga_mem_domain domain);

@@ -3,6 +3,7 @@
  * mutex-protected open-addressing table pointer -> size (linear probing, backward-shift delete). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <mutex>
 
@@ -158,4 +159,17 @@ void ga_pinned_free(void *p)
     }
     (void)ga_cuda_status(cudaFreeHost(p));
     ga_mem_account_sub(GA_MEM_PINNED, bytes);
+}
+
+ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    if (!ex || (bytes && (!dst || !src))) return GA_E_INVAL;
+    if (ex->backend == GA_BACKEND_CPU) {
+        if (bytes) memcpy(dst, src, bytes);
+        return GA_OK;
+    }
+    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
+    if (ga_cuda_device_count() == 0) return GA_E_NO_DEVICE;
+    if (bytes == 0) return GA_OK;
+    return ga_cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ga_cuda_stream(ex)));
 }

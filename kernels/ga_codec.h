@@ -5,7 +5,8 @@
  *
  * Pointers: on GA_BACKEND_CPU all buffers are host memory; on GA_BACKEND_CUDA grad, residual,
  * out, payload and sum are device memory (out_len stays a host pointer). All buffers are
- * borrowed for the duration of the call. Every function is thread-safe for distinct buffers.
+ * borrowed for the duration of the call (on CUDA: until ga_exec_sync on the stream returns;
+ * kernels are queued, not waited for, unless the call must read a result back). Every function is thread-safe for distinct buffers.
  * Payload buffers (out, payload) must be 4-byte aligned (GA_E_INVAL otherwise); float buffers
  * are naturally aligned.
  *

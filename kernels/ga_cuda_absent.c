@@ -2,6 +2,8 @@
 #include "ga_alloc.h"
 #include "ga_exec.h"
 
+#include <string.h>
+
 bool ga_cuda_built(void) { return false; }
 int ga_cuda_device_count(void) { return 0; }
 
@@ -25,3 +27,19 @@ ga_status ga_pinned_malloc(size_t bytes, void **out)
 
 void ga_device_free(void *p) { (void)p; }
 void ga_pinned_free(void *p) { (void)p; }
+
+ga_status ga_cuda_stream_create(void **out)
+{
+    (void)out;
+    return GA_E_NO_CUDA;
+}
+
+void ga_cuda_stream_destroy(void *stream) { (void)stream; }
+
+ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    if (!ex || (bytes && (!dst || !src))) return GA_E_INVAL;
+    if (ex->backend != GA_BACKEND_CPU) return ex->backend == GA_BACKEND_CUDA ? GA_E_NO_CUDA : GA_E_BACKEND;
+    if (bytes) memcpy(dst, src, bytes);
+    return GA_OK;
+}

@@ -49,8 +49,15 @@ const char *ga_simd_name(ga_simd simd);
 bool ga_cuda_built(void);
 /* Number of usable CUDA devices: 0 without CUDA, without a driver or without a GPU. */
 int ga_cuda_device_count(void);
-/* Blocks until all work queued on ex->cuda_stream is done. GA_OK on the CPU backend. */
+/* Blocks until all work queued on ex->cuda_stream is done. GA_OK on the CPU backend.
+ * CUDA kernels return once their work is queued: buffers passed to them must stay alive, and
+ * results must not be read, until this returns. */
 ga_status ga_exec_sync(const ga_exec *ex);
+
+/* Creates a CUDA stream (returned owned in *out, free with ga_cuda_stream_destroy) or
+ * destroys one (NULL is a no-op). GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
+ga_status ga_cuda_stream_create(void **out);
+void ga_cuda_stream_destroy(void *stream);
 
 #ifdef __cplusplus
 }

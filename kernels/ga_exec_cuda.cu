@@ -27,3 +27,18 @@ ga_status ga_exec_sync(const ga_exec *ex)
     if (ga_cuda_device_count() == 0) return GA_E_NO_DEVICE;
     return ga_cuda_status(cudaStreamSynchronize(ga_cuda_stream(ex)));
 }
+
+ga_status ga_cuda_stream_create(void **out)
+{
+    if (!out) return GA_E_INVAL;
+    if (ga_cuda_device_count() == 0) return GA_E_NO_DEVICE;
+    cudaStream_t stream;
+    GA_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    *out = stream;
+    return GA_OK;
+}
+
+void ga_cuda_stream_destroy(void *stream)
+{
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
