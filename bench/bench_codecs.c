@@ -6,6 +6,7 @@
  * --json FILE. With a CUDA device: the same against a device-to-device copy.
  *
  * Usage: bench_codecs [--n N] [--reps R] [--json FILE] [--threads T] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

@@ -272,6 +272,10 @@ ga_status ga_q1bit_scaled_encode_cpu(const ga_exec *ex, const ga_codec_params *p
                                      float *residual, size_t n, uint8_t *out, size_t cap, size_t *out_len)
 {
     (void)p, (void)cap;
+    if (n == 0) { /* no buffers to offset into */
+        *out_len = 0;
+        return GA_OK;
+    }
     if (!ga_all_finite_cpu(ex, grad, n)) return GA_E_NONFINITE;
     size_t blocks = (n + GA_1BIT_SCALED_BLOCK - 1) / GA_1BIT_SCALED_BLOCK;
     q1bit_ctx c = {.ex = ex, .grad = grad, .residual = residual, .scales = (float *)out,
@@ -285,6 +289,7 @@ ga_status ga_q1bit_scaled_decode_add_cpu(const ga_exec *ex, const ga_codec_param
                                          size_t len, size_t n, float *sum)
 {
     (void)p, (void)len;
+    if (n == 0) return GA_OK; /* no buffers to offset into */
     size_t blocks = (n + GA_1BIT_SCALED_BLOCK - 1) / GA_1BIT_SCALED_BLOCK;
     const float *scales = (const float *)payload;
     for (size_t b = 0; b < blocks; b++) /* few: one per 1024 elements */

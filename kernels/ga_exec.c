@@ -3,6 +3,10 @@
 
 #include <omp.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 int ga_exec_threads(const ga_exec *ex, double bytes)
 {
     int max = ex && ex->max_threads > 0 ? ex->max_threads : omp_get_max_threads();
@@ -18,8 +22,10 @@ ga_simd ga_cpu_simd(void)
     ga_simd level = GA_SIMD_SCALAR;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
-        level = GA_SIMD_AVX2;
+    /* F16C from CPUID leaf 1 (ecx bit 29): clang 14 has no "f16c" for __builtin_cpu_supports. */
+    unsigned eax, ebx, ecx = 0, edx;
+    int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && f16c) level = GA_SIMD_AVX2;
     if (level == GA_SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         level = GA_SIMD_AVX512;
