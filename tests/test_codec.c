@@ -519,6 +519,20 @@ static void test_bf16_sweep(void **state)
 
 /* ---- sizes ---- */
 
+/* Payloads of 8 MiB and more are written with non-temporal stores (codec_dense.c): a size past
+ * that threshold, whose tiles all take that path, must give the oracle's bytes too. */
+static void test_dense_streaming(void **state)
+{
+    (void)state;
+    size_t n = (9u << 20) / 2; /* 9 MiB of fp16/bf16 */
+    float *x = xalloc(n * sizeof *x);
+    rng r = {0x5eed5};
+    for (size_t i = 0; i < n; i++) x[i] = (float)((rng_unit(&r) * 2.0 - 1.0) * 1000.0);
+    check_dense_encode(GA_CODEC_FP16, x, n, "9 MiB payload");
+    check_dense_encode(GA_CODEC_BF16, x, n, "9 MiB payload");
+    ga_free(x);
+}
+
 static void test_encoded_size(void **state)
 {
     (void)state;
@@ -566,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_thread_determinism),
         cmocka_unit_test(test_fp16_sweep),
         cmocka_unit_test(test_bf16_sweep),
+        cmocka_unit_test(test_dense_streaming),
         cmocka_unit_test(test_encoded_size),
         cmocka_unit_test(test_host_memory_returned),
     };
