@@ -3,11 +3,13 @@
  * of several runs, GB/s of fp32 processed, and the fraction of the memory-bound floor (bytes
  * the kernel must move / bandwidth, divided by the time; the bandwidth is measured in runs
  * interleaved with the kernel's own, medians of both). Table on stdout, JSON to
- * --json FILE. With a CUDA device: the same against a device-to-device copy.
+ * --json FILE. With a CUDA device: the same kernels on the GPU, each against a device-to-device
+ * copy of 100 MB measured in runs paired with its own.
  *
  * Usage: bench_codecs [--n N] [--reps R] [--json FILE] [--threads T] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
+#include <stdbool.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,101 @@ static void plain_2bit_encode(const float *g, float *r, size_t n, float t, uint8
     }
 }
 
+/* ---- CUDA: every kernel against a device-to-device copy of 100 MB, paired run by run ---- */
+
+/* Copies `bytes` device to device and waits: returns seconds (a copy moves 2 x bytes). */
+static double run_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    double t0 = now_s();
+    if (ga_device_copy(ex, dst, src, bytes) != GA_OK || ga_exec_sync(ex) != GA_OK) return NAN;
+    return now_s() - t0;
+}
+
+/* Mirrors the host buffers on the device (dev->payload too); the device float buffers are also
+ * listed in all[BENCH_FLOAT_BUFFERS] for freeing. Returns false, having freed what it made. */
+#define BENCH_FLOAT_BUFFERS 10
+static bool device_mirror(const bench_buffers *host, bench_buffers *dev, float *all[BENCH_FLOAT_BUFFERS])
+{
+    ga_exec ex = GA_EXEC_CUDA_INIT;
+    *dev = *host;
+    dev->payload = NULL;
+    float **dst[BENCH_FLOAT_BUFFERS] = {&dev->grad,    &dev->residual,  &dev->sum,       &dev->param,
+                                        &dev->state_a, &dev->state_b,   &dev->inputs[0], &dev->inputs[1],
+                                        &dev->inputs[2], &dev->inputs[3]};
+    size_t bytes = host->n * sizeof(float), made = 0;
+    bool ok = true;
+    for (; ok && made < BENCH_FLOAT_BUFFERS; made++) {
+        void *p = NULL;
+        if (ga_device_malloc(bytes, &p) != GA_OK) break;
+        all[made] = p;
+        ok = ga_device_copy(&ex, p, *dst[made], bytes) == GA_OK; /* *dst still holds the host buffer */
+        *dst[made] = p;
+    }
+    void *payload = NULL;
+    ok = ok && made == BENCH_FLOAT_BUFFERS && ga_device_malloc(host->payload_cap, &payload) == GA_OK &&
+         ga_exec_sync(&ex) == GA_OK;
+    if (!ok) {
+        for (size_t i = 0; i < made; i++) ga_device_free(all[i]);
+        ga_device_free(payload);
+        return false;
+    }
+    dev->payload = payload;
+    return true;
+}
+
+static void bench_cuda(const bench_buffers *host, int reps, FILE *json)
+{
+    if (ga_cuda_device_count() == 0) {
+        printf("\nCUDA: %s: GPU section skipped\n", ga_cuda_built() ? "no device" : "built without CUDA");
+        if (json) fprintf(json, ",\n  \"cuda\": null");
+        return;
+    }
+    bench_buffers dev;
+    float *all[BENCH_FLOAT_BUFFERS];
+    if (!device_mirror(host, &dev, all)) {
+        printf("\nCUDA: could not allocate the device buffers: GPU section skipped\n");
+        if (json) fprintf(json, ",\n  \"cuda\": null");
+        return;
+    }
+    ga_exec ex = GA_EXEC_CUDA_INIT;
+    size_t bytes = dev.n * sizeof(float);
+    double times[64], copy_times[64];
+    printf("\nCUDA (device pointers, default stream): fraction of the device-to-device copy bandwidth\n");
+    printf("%-24s %10s %10s %10s %12s\n", "kernel", "ms", "GB/s fp32", "copy GB/s", "copy frac");
+    if (json) fprintf(json, ",\n  \"cuda\": [\n");
+    for (size_t k = 0; k < CASES; k++) {
+        const kernel_case *kc = &cases[k];
+        int rc = GA_OK;
+        if (kc->kind == K_DECODE) rc = run_case(&cases[k - 1], &dev, &ex, 0);
+        if (rc == GA_OK) rc = run_case(kc, &dev, &ex, 0);
+        if (rc == GA_OK) rc = ga_exec_sync(&ex);
+        for (int r = 0; r < reps && rc == GA_OK; r++) {
+            copy_times[r] = run_device_copy(&ex, dev.state_b, dev.inputs[3], bytes);
+            double t0 = now_s();
+            rc = run_case(kc, &dev, &ex, r);
+            if (rc == GA_OK) rc = ga_exec_sync(&ex);
+            times[r] = now_s() - t0;
+        }
+        if (rc != GA_OK) {
+            printf("%-24s %10s (%s)\n", kc->name, "-", ga_status_name(rc));
+            if (json) fprintf(json, "    {\"name\": \"%s\", \"status\": \"%s\"}%s\n", kc->name, ga_status_name(rc),
+                              k + 1 < CASES ? "," : "");
+            continue;
+        }
+        double t = median(times, reps), copy_bw = 2.0 * (double)bytes / median(copy_times, reps);
+        double fraction = kc->floor_bytes_per_elem * (double)dev.n / copy_bw / t;
+        printf("%-24s %10.3f %10.1f %10.1f %12.3f\n", kc->name, 1e3 * t, 4e-9 * (double)dev.n / t, 1e-9 * copy_bw,
+               fraction);
+        if (json)
+            fprintf(json, "    {\"name\": \"%s\", \"status\": \"GA_OK\", \"ms\": %.4f, \"copy_gbps\": %.1f, "
+                          "\"copy_fraction\": %.4f}%s\n",
+                    kc->name, 1e3 * t, 1e-9 * copy_bw, fraction, k + 1 < CASES ? "," : "");
+    }
+    if (json) fprintf(json, "  ]");
+    for (size_t i = 0; i < BENCH_FLOAT_BUFFERS; i++) ga_device_free(all[i]);
+    ga_device_free(dev.payload);
+}
+
 typedef struct result {
     const char *name;
     int threads;
@@ -274,8 +371,9 @@ int main(int argc, char **argv)
            "%.0f ns as a plain single-threaded loop (ratio to the plain loop %.2f, must be <= 1)\n",
            small_ns[0], all_threads, small_ns[1], plain_ns, small_ns[0] / plain_ns);
 
+    FILE *f = NULL;
     if (json_path) {
-        FILE *f = fopen(json_path, "w");
+        f = fopen(json_path, "w");
         if (!f) return perror(json_path), 1;
         fprintf(f, "{\n  \"n\": %zu,\n  \"reps\": %d,\n  \"simd\": \"%s\",\n", n, reps, ga_simd_name(ga_cpu_simd()));
         fprintf(f, "  \"bandwidth_gbps\": {\"1\": %.2f, \"%d\": %.2f},\n", 1e-9 * bandwidth[0], all_threads,
@@ -292,7 +390,11 @@ int main(int argc, char **argv)
             if (r->target > 0) fprintf(f, ", \"target\": %.2f", r->target);
             fprintf(f, "}%s\n", i + 1 < nres ? "," : "");
         }
-        fprintf(f, "  ]\n}\n");
+        fprintf(f, "  ]");
+    }
+    bench_cuda(&bb, reps, f);
+    if (f) {
+        fprintf(f, "\n}\n");
         fclose(f);
     }
 
