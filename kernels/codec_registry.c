@@ -143,23 +143,13 @@ ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params
     return GA_OK;
 }
 
-/* Resolves the backend's implementation, or says why there is none. */
-static ga_status backend_check(const ga_exec *ex)
-{
-    if (!ex) return GA_E_INVAL;
-    if (ex->backend == GA_BACKEND_CPU) return GA_OK;
-    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
-    if (!ga_cuda_built()) return GA_E_NO_CUDA;
-    return ga_cuda_device_count() > 0 ? GA_OK : GA_E_NO_DEVICE;
-}
-
 ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                           const float *grad, float *residual, size_t n, void *out, size_t cap,
                           size_t *out_len)
 {
     size_t need;
     GA_CHECK(ga_codec_encoded_size(codec, params, n, &need));
-    GA_CHECK(backend_check(ex));
+    GA_CHECK(ga_exec_usable(ex));
     const ga_codec_row *row = row_of(codec);
     if (!out_len || (n > 0 && !grad) || (need > 0 && !out)) return GA_E_INVAL;
     if (row->has_residual != (residual != NULL) && n > 0) return GA_E_INVAL;
@@ -173,7 +163,7 @@ ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_cod
 {
     size_t expect;
     GA_CHECK(ga_codec_encoded_size(codec, params, n, &expect));
-    GA_CHECK(backend_check(ex));
+    GA_CHECK(ga_exec_usable(ex));
     const ga_codec_row *row = row_of(codec);
     if ((n > 0 && !sum) || (len > 0 && !payload) || (uintptr_t)payload % 4 != 0) return GA_E_INVAL;
     if (row->fixed_size ? len != expect : len > expect) return GA_E_LENGTH;

@@ -51,3 +51,12 @@ const char *ga_simd_name(ga_simd simd)
     }
     return "unknown";
 }
+
+ga_status ga_exec_usable(const ga_exec *ex)
+{
+    if (!ex) return GA_E_INVAL;
+    if (ex->backend == GA_BACKEND_CPU) return GA_OK;
+    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
+    if (!ga_cuda_built()) return GA_E_NO_CUDA;
+    return ga_cuda_device_count() > 0 ? GA_OK : GA_E_NO_DEVICE;
+}

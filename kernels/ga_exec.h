@@ -45,6 +45,10 @@ ga_simd ga_exec_simd(const ga_exec *ex);
 ga_simd ga_cpu_simd(void);
 const char *ga_simd_name(ga_simd simd);
 
+/* GA_OK when ex names a backend this build and this machine can run; otherwise why not:
+ * GA_E_INVAL (NULL), GA_E_BACKEND, GA_E_NO_CUDA, GA_E_NO_DEVICE. */
+ga_status ga_exec_usable(const ga_exec *ex);
+
 /* True when the library was built with CUDA. */
 bool ga_cuda_built(void);
 /* Number of usable CUDA devices: 0 without CUDA, without a driver or without a GPU. */

@@ -51,7 +51,7 @@ static const optim_impl impls[GA_BACKENDS] = {
 /* The implementations for ex's backend, or NULL with *rc saying why there are none. */
 static const optim_impl *impl_for(const ga_exec *ex, ga_status *rc)
 {
-    *rc = ga_backend_usable(ex);
+    *rc = ga_exec_usable(ex);
     return *rc == GA_OK ? &impls[ex->backend] : NULL;
 }
 

@@ -33,25 +33,6 @@ GA_BACKEND_TWINS(ga_adam_step, (const ga_exec *ex, const ga_adam_params *hp, uin
 #define GA_CUDA_TWIN(name) NULL
 #endif
 
-/* GA_OK when ex names a backend this build and machine can run, else why not. */
-static inline ga_status ga_backend_usable(const ga_exec *ex)
-{
-    if (!ex) return GA_E_INVAL;
-    if (ex->backend == GA_BACKEND_CPU) return GA_OK;
-    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
-    if (!ga_cuda_built()) return GA_E_NO_CUDA;
-    return ga_cuda_device_count() > 0 ? GA_OK : GA_E_NO_DEVICE;
-}
-
-/* Blocks for a grid-stride launch over n elements at 256 threads a block: enough to fill any
- * current GPU several times over, capped so huge n loops instead of overflowing the grid. */
-#define GA_CUDA_BLOCK 256u
-static inline unsigned ga_cuda_grid(size_t n)
-{
-    size_t blocks = (n + GA_CUDA_BLOCK - 1) / GA_CUDA_BLOCK;
-    return blocks < 8192u ? (unsigned)blocks : 8192u;
-}
-
 #ifdef __cplusplus
 }
 #endif
