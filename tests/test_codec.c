@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "test_memory.h"
+
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "oracle.h"
@@ -554,19 +556,9 @@ static void test_encoded_size(void **state)
 
 /* ---- group fixtures: the tests leave the accounted allocator where they found it ---- */
 
-/* Runs last: every test gave back what it took from the accounted allocator (the codecs
- * themselves allocate nothing). cmocka 1.1 ignores a failing group teardown, hence a test. */
-static uint64_t mem_at_start;
-
-static void test_host_memory_returned(void **state)
-{
-    (void)state;
-    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem_at_start);
-}
-
 int main(void)
 {
-    mem_at_start = ga_mem_in_use(GA_MEM_HOST);
+    test_memory_baseline();
     if (ga_cpu_simd() < GA_SIMD_AVX512)
         fprintf(stderr, "note: this CPU tops out at %s; higher SIMD levels are not tested\n",
                 ga_simd_name(ga_cpu_simd()));

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "test_memory.h"
+
 #include "ga_alloc.h"
 #include "ga_codec.h"
 
@@ -479,19 +481,9 @@ static void test_topk_ratio(void **state)
     assert_int_equal(ga_codec_params_validate(GA_CODEC_TOPK, NULL), GA_E_INVAL);
 }
 
-/* Runs last: every test gave back what it took from the accounted allocator (the codecs
- * themselves allocate nothing). cmocka 1.1 ignores a failing group teardown, hence a test. */
-static uint64_t mem_at_start;
-
-static void test_host_memory_returned(void **state)
-{
-    (void)state;
-    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem_at_start);
-}
-
 int main(void)
 {
-    mem_at_start = ga_mem_in_use(GA_MEM_HOST);
+    test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_length),        cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_nonfinite_payload), cmocka_unit_test(test_bad_scale),

@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "test_memory.h"
+
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "oracle.h"
@@ -399,19 +401,9 @@ static void test_wire_format_examples(void **state)
     expect_encode(GA_CODEC_1BIT_SCALED, 0.0f, g1, zeros, 10, qs, 8, NULL);
 }
 
-/* Runs last: every test gave back what it took from the accounted allocator (the codecs
- * themselves allocate nothing). cmocka 1.1 ignores a failing group teardown, hence a test. */
-static uint64_t mem_at_start;
-
-static void test_host_memory_returned(void **state)
-{
-    (void)state;
-    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem_at_start);
-}
-
 int main(void)
 {
-    mem_at_start = ga_mem_in_use(GA_MEM_HOST);
+    test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_2bit_encode),      cmocka_unit_test(test_2bit_decode_word),
         cmocka_unit_test(test_1bit_encode),      cmocka_unit_test(test_1bit_decode_word),

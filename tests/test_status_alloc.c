@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "test_memory.h"
+
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "ga_status.h"
@@ -208,19 +210,9 @@ static void test_simd_cap(void **state)
     }
 }
 
-/* Runs last: every test gave back what it took from the accounted allocator (the codecs
- * themselves allocate nothing). cmocka 1.1 ignores a failing group teardown, hence a test. */
-static uint64_t mem_at_start;
-
-static void test_host_memory_returned(void **state)
-{
-    (void)state;
-    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem_at_start);
-}
-
 int main(void)
 {
-    mem_at_start = ga_mem_in_use(GA_MEM_HOST);
+    test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_check_macros),
         cmocka_unit_test(test_alloc),        cmocka_unit_test(test_alloc_threads),
