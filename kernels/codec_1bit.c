@@ -111,7 +111,6 @@ ga_status ga_q1bit_encode_cpu(const ga_exec *ex, const ga_codec_params *p, const
                               size_t n, uint8_t *out, size_t cap, size_t *out_len)
 {
     (void)cap;
-    if (!ga_all_finite_cpu(ex, grad, n)) return GA_E_NONFINITE;
     q1bit_ctx c = {.ex = ex, .grad = grad, .residual = residual, .words = (uint32_t *)out, .t = p->threshold};
     ga_parallel_tiles(ex, n, 12.125, encode_tile, &c);
     *out_len = 4 * ((n + 31) / 32);
@@ -276,7 +275,6 @@ ga_status ga_q1bit_scaled_encode_cpu(const ga_exec *ex, const ga_codec_params *p
         *out_len = 0;
         return GA_OK;
     }
-    if (!ga_all_finite_cpu(ex, grad, n)) return GA_E_NONFINITE;
     size_t blocks = (n + GA_1BIT_SCALED_BLOCK - 1) / GA_1BIT_SCALED_BLOCK;
     q1bit_ctx c = {.ex = ex, .grad = grad, .residual = residual, .scales = (float *)out,
                    .words = (uint32_t *)(out + 4 * blocks)};

@@ -35,9 +35,6 @@ ga_status ga_q1bit_encode_cuda(const ga_exec *ex, const ga_codec_params *p, cons
     (void)cap;
     size_t nwords = (n + 31) / 32;
     if (n > 0) {
-        bool finite = false;
-        GA_CHECK(ga_all_finite_cuda(ex, grad, n, &finite));
-        if (!finite) return GA_E_NONFINITE;
         GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), nwords, encode_kernel, grad, residual, (uint32_t *)out, n,
                                 p->threshold));
     }
@@ -121,9 +118,6 @@ ga_status ga_q1bit_scaled_encode_cuda(const ga_exec *ex, const ga_codec_params *
     (void)p, (void)cap;
     size_t blocks = (n + GA_1BIT_SCALED_BLOCK - 1) / GA_1BIT_SCALED_BLOCK;
     if (n > 0) {
-        bool finite = false;
-        GA_CHECK(ga_all_finite_cuda(ex, grad, n, &finite));
-        if (!finite) return GA_E_NONFINITE;
         GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), blocks * GA_1BIT_SCALED_LANES, scaled_encode_kernel, grad,
                                 residual, (float *)out, (uint32_t *)(out + 4 * blocks), n));
     }

@@ -31,9 +31,6 @@ ga_status ga_q2bit_encode_cuda(const ga_exec *ex, const ga_codec_params *p, cons
     (void)cap;
     size_t nwords = (n + 15) / 16;
     if (n > 0) {
-        bool finite = false;
-        GA_CHECK(ga_all_finite_cuda(ex, grad, n, &finite));
-        if (!finite) return GA_E_NONFINITE;
         GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), nwords, encode_kernel, grad, residual, (uint32_t *)out, n,
                                 p->threshold));
     }

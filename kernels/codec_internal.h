@@ -2,7 +2,8 @@
  * kernels/. The registry validates parameters, buffer sizes and the backend before calling a
  * row, so implementations may assume: params valid for the codec, out has room for
  * ga_codec_encoded_size bytes, fixed-size payloads have exactly the right length, residual is
- * present exactly when the codec has one, and n fits the codec's limit. */
+ * present exactly when the codec has one, n fits the codec's limit, and (codecs with a
+ * residual) grad is finite. */
 #ifndef GA_CODEC_INTERNAL_H
 #define GA_CODEC_INTERNAL_H
 
@@ -49,6 +50,8 @@ GA_CODEC_ENTRY_POINTS(topk)
 
 /* True when every value of x[0..n) is finite (CPU, OpenMP/SIMD by ex). */
 bool ga_all_finite_cpu(const ga_exec *ex, const float *x, size_t n);
+/* The CUDA twin (codec_dense.cu): sets *finite, blocking until the answer is on the host. */
+ga_status ga_all_finite_cuda(const ga_exec *ex, const float *x, size_t n, bool *finite);
 
 #ifdef __cplusplus
 }

@@ -143,6 +143,18 @@ ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params
     return GA_OK;
 }
 
+/* Codecs with a residual refuse a NaN or Inf gradient before the residual changes: checked here,
+ * once for all of them, on the backend that holds grad. */
+static ga_status grad_finite(const ga_exec *ex, const float *grad, size_t n)
+{
+    bool finite = true;
+    if (ex->backend == GA_BACKEND_CPU) finite = ga_all_finite_cpu(ex, grad, n);
+#ifdef GA_HAVE_CUDA
+    else GA_CHECK(ga_all_finite_cuda(ex, grad, n, &finite));
+#endif
+    return finite ? GA_OK : GA_E_NONFINITE;
+}
+
 ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                           const float *grad, float *residual, size_t n, void *out, size_t cap,
                           size_t *out_len)
@@ -155,6 +167,7 @@ ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_p
     if (row->has_residual != (residual != NULL) && n > 0) return GA_E_INVAL;
     if ((uintptr_t)out % 4 != 0) return GA_E_INVAL;
     if (cap < need) return GA_E_CAPACITY;
+    if (row->has_residual && n > 0) GA_CHECK(grad_finite(ex, grad, n));
     return row->encode[ex->backend](ex, params, grad, residual, n, (uint8_t *)out, cap, out_len);
 }
 

@@ -43,14 +43,6 @@ static unsigned grid_for(size_t n)
 
 /* ---- kernels ---- */
 
-__global__ static void finite_kernel(const float *x, size_t n, unsigned *flag)
-{
-    unsigned bad = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        bad |= !ga_f32_bits_finite(ga_f32_bits(x[i]));
-    if (bad) atomicOr(flag, 1u);
-}
-
 /* Keys of r + g at the sample positions, before r changes (as the CPU does). */
 __global__ static void sample_kernel(const float *g, const float *r, size_t start, size_t stride, size_t samples,
                                      uint32_t *keys)
@@ -176,14 +168,12 @@ typedef struct topk_gpu {
     uint8_t *out;
     size_t blocks;
     /* device */
-    unsigned *d_flag;
     uint32_t *d_gt, *d_eq, *d_quota, *d_off, *d_samples, *d_idx, *d_keys, *d_hist;
     /* host */
     uint32_t *h_gt, *h_eq, *h_quota, *h_off, *h_samples, *h_idx, *h_keys, *h_hist;
     uint64_t *h_hist64;
     uint8_t *h_varint;
     uint32_t h_header;
-    unsigned h_flag;
 } topk_gpu;
 
 static size_t round_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
@@ -245,13 +235,6 @@ static ga_status histogram(topk_gpu *c, uint32_t floor, int low_half, uint32_t h
 static ga_status select_indices(topk_gpu *c, size_t *count)
 {
     const ga_topk_plan *pl = &c->plan;
-    CU(cudaMemsetAsync(c->d_flag, 0, sizeof(unsigned), c->st));
-    finite_kernel<<<grid_for(pl->n), THREADS, 0, c->st>>>(c->grad, pl->n, c->d_flag);
-    CU(cudaGetLastError());
-    CU(cudaMemcpyAsync(&c->h_flag, c->d_flag, sizeof(unsigned), cudaMemcpyDefault, c->st));
-    GA_CHECK(wait_stream(c));
-    if (c->h_flag) return GA_E_NONFINITE;
-
     uint32_t thr = 0;
     if (!pl->exact) {
         sample_kernel<<<grid_for(pl->samples), THREADS, 0, c->st>>>(c->grad, c->r, pl->start, pl->stride,
@@ -355,7 +338,7 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
     int fallback = pl->cap < n;
     size_t hist = fallback ? GA_TOPK_HIST_BINS : 0;
 
-    size_t dev_bytes = round_up(sizeof(unsigned)) + 4 * round_up(c.blocks * 4) + round_up(pl->samples * 4) +
+    size_t dev_bytes = 4 * round_up(c.blocks * 4) + round_up(pl->samples * 4) +
                        2 * round_up(pl->cap * 4) + round_up(hist * 4);
     size_t host_bytes = 4 * round_up(c.blocks * 4) + round_up(pl->samples * 4) + 2 * round_up(pl->cap * 4) +
                         round_up(hist * 4) + round_up(hist * 8) + round_up(pl->varint ? pl->k * 5 : 0);
@@ -367,7 +350,6 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
         return GA_E_NOMEM;
     }
     uint8_t *d = (uint8_t *)dev, *h = host;
-    c.d_flag = carve<unsigned>(&d, 1);
     c.d_gt = carve<uint32_t>(&d, c.blocks);
     c.d_eq = carve<uint32_t>(&d, c.blocks);
     c.d_quota = carve<uint32_t>(&d, c.blocks);

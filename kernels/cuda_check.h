@@ -92,8 +92,4 @@ static inline ga_status ga_cuda_flags(cudaStream_t s, size_t items, unsigned *fl
     return rc;
 }
 
-/* Sets *finite to whether every x[0..n) is finite (the CUDA twin of ga_all_finite_cpu; defined
- * in codec_dense.cu). Blocks until the answer is on the host. */
-ga_status ga_all_finite_cuda(const ga_exec *ex, const float *x, size_t n, bool *finite);
-
 #endif
