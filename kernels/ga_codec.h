@@ -102,6 +102,12 @@ ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_p
 ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                               const void *payload, size_t len, size_t n, float *sum);
 
+/* Checks a payload of n elements (host memory) exactly as ga_codec_decode_add would, without
+ * adding it anywhere: the same errors, so a receiver can refuse a bad chunk before any state
+ * changes. CPU only, any thread. */
+ga_status ga_codec_check_payload(ga_codec_id codec, const ga_codec_params *params, const void *payload,
+                                 size_t len, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

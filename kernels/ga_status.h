@@ -27,7 +27,31 @@ extern "C" {
     X(E_NO_DEVICE, -15, "no CUDA device available")                                       \
     X(E_CUDA, -16, "CUDA runtime error")                                                  \
     X(E_BACKEND, -17, "unknown backend")                                                  \
-    X(E_OPTIM, -18, "invalid optimizer hyper-parameter")
+    X(E_OPTIM, -18, "invalid optimizer hyper-parameter")                                 \
+    /* service and SDK */                                                                 \
+    X(E_PROTO, -19, "malformed protobuf message")                                         \
+    X(E_UNIMPLEMENTED, -20, "unknown method")                                             \
+    X(E_UNKNOWN_JOB, -21, "no such job")                                                  \
+    X(E_UNKNOWN_TENSOR, -22, "no such tensor")                                            \
+    X(E_RANK, -23, "rank outside [0, world size)")                                        \
+    X(E_RANK_HELD, -24, "rank is held by another incarnation")                            \
+    X(E_STALE, -25, "incarnation replaced by a newer one")                                \
+    X(E_NOT_MEMBER, -26, "rank has not joined the job")                                   \
+    X(E_JOB_CONFIG, -27, "job exists with a different configuration")                     \
+    X(E_SHAPE, -28, "tensor exists with a different shape")                               \
+    X(E_COVERAGE, -29, "chunks do not cover every tensor exactly once")                   \
+    X(E_STREAM_MIXED, -30, "chunks of one stream disagree on job, rank, incarnation or step") \
+    X(E_STEP_CLOSED, -31, "step already closed")                                          \
+    X(E_STEP_FUTURE, -32, "step not open yet")                                            \
+    X(E_VERSION, -33, "version will never be published")                                  \
+    X(E_LIMIT, -34, "server limit reached")                                               \
+    X(E_DRAINING, -35, "server is shutting down")                                         \
+    X(E_UNAVAILABLE, -36, "server unavailable")                                           \
+    X(E_DEADLINE, -37, "deadline exceeded")                                               \
+    X(E_CANCELLED, -38, "call cancelled")                                                 \
+    X(E_TRANSPORT, -39, "transport error")                                                \
+    X(E_CONFIG, -40, "invalid configuration")                                             \
+    X(E_IO, -41, "I/O error")
 
 typedef enum ga_status {
 #define GA_STATUS_ENUM(name, value, msg) GA_##name = value,

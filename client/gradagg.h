@@ -1,0 +1,126 @@
+/* libgradagg: the C client SDK of gradagg-server.
+ *
+ * One ga_client per worker (one rank of one job). The client joins the job, registers tensors
+ * whose parameter buffers belong to the caller, and runs one call per training step: it encodes
+ * every gradient with the tensor's codec (the error-feedback residual lives here, in the SDK),
+ * streams the chunks to the server, waits for the new parameter version and writes it into the
+ * caller's buffers. UNAVAILABLE is retried with exponential backoff; a retried push is counted
+ * once by the server. Errors are ga_status values (ga_status.h) with a message from
+ * ga_client_error.
+ *
+ * Threads: a client is used by one thread at a time; different clients are independent. */
+#ifndef GRADAGG_H
+#define GRADAGG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_codec.h"
+#include "ga_optim.h"
+#include "ga_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ga_client ga_client;
+
+typedef enum ga_job_mode { GA_MODE_SYNC = 0, GA_MODE_ASYNC = 1 } ga_job_mode;
+typedef enum ga_server_optim { GA_SERVER_OPTIM_NONE = 0, GA_SERVER_OPTIM_SGD = 1, GA_SERVER_OPTIM_ADAM = 2 } ga_server_optim;
+
+/* The job a client joins. The first rank to join creates the job with these settings; the
+ * others must pass the same (GA_E_JOB_CONFIG otherwise). */
+typedef struct ga_client_options {
+    uint32_t version;          /* sizeof(ga_client_options): set by GA_CLIENT_OPTIONS_INIT */
+    const char *server;        /* "host:port" (borrowed, copied at create) */
+    const char *job;           /* job name (copied) */
+    uint32_t rank;             /* in [0, world_size) */
+    uint32_t world_size;
+    uint64_t incarnation;      /* 0: generated from the clock and the pid */
+    ga_job_mode mode;
+    bool mean;                 /* server divides the sum by the ranks that contributed */
+    ga_server_optim optimizer; /* run on the server after each step */
+    ga_sgd_params sgd;
+    ga_adam_params adam;
+    uint32_t deadline_ms;      /* straggler deadline after a step's first commit; 0 = none */
+    uint32_t quorum;           /* ranks needed to close at the deadline; 0 = world_size */
+    ga_codec_id pull_codec;    /* GA_CODEC_NONE: fp32 pulls; else compressed deltas */
+    ga_codec_params pull_params;
+    size_t chunk_bytes;        /* payload bytes per streamed chunk */
+    uint32_t call_timeout_ms;  /* deadline of each RPC that does not wait for a step */
+    uint32_t step_timeout_ms;  /* how long a pull waits for the next version */
+    uint32_t max_retries;      /* retries of an UNAVAILABLE call; 0 = none */
+    uint32_t backoff_ms;       /* first retry delay; doubles up to backoff_max_ms */
+    uint32_t backoff_max_ms;
+    int threads;               /* encode/decode threads; 0 = all */
+} ga_client_options;
+
+#define GA_CLIENT_OPTIONS_INIT                                                                  \
+    {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
+     GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
+     0, 0, GA_CODEC_NONE, {0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0}
+
+/* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). */
+typedef struct ga_dgc_options {
+    bool enabled;
+    float momentum;         /* momentum correction: u = m*u + g; v += u (0 = off) */
+    bool nesterov;          /* u = (u + g)*m; v += u + g */
+    bool factor_masking;    /* after sending, zero u and v where values were sent */
+    float clip_norm;        /* clip the local gradient to this L2 norm first; 0 = off */
+    uint32_t warmup_epochs; /* keep ratio max(coeff^(e+1), ratio) for epochs e < warmup_epochs,
+                               coeff = ratio^(1/(warmup_epochs+1)); 0 = no warm-up */
+} ga_dgc_options;
+
+typedef struct ga_tensor_options {
+    uint32_t version;       /* sizeof(ga_tensor_options) */
+    ga_codec_id codec;      /* how gradients of this tensor are pushed */
+    ga_codec_params params; /* ga_codec_params_default(codec) when left zero */
+    ga_dgc_options dgc;
+} ga_tensor_options;
+
+#define GA_TENSOR_OPTIONS_INIT {sizeof(ga_tensor_options), GA_CODEC_NONE, {0}, {0}}
+
+/* Per-step figures of the last ga_client_step, and totals. */
+typedef struct ga_client_stats {
+    double encode_s, push_s, pull_s, decode_s; /* last step */
+    uint64_t bytes_pushed, bytes_pulled;       /* last step, payload bytes */
+    uint64_t steps, retries, late_pushes;      /* totals */
+} ga_client_stats;
+
+/* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for
+ * bad options, the server's statuses (GA_E_JOB_CONFIG, GA_E_RANK, GA_E_RANK_HELD, ...),
+ * GA_E_UNAVAILABLE after the retries. On error *out is NULL and, when msg != NULL, a message is
+ * written to msg[0..msg_cap). */
+ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap);
+/* Leaves the job and frees the client. NULL is a no-op. */
+void ga_client_destroy(ga_client *c);
+
+/* Registers a tensor of shape[0..ndim) (product = n elements). params (n floats) is borrowed
+ * and must outlive the client: ga_client_init and ga_client_step write the pulled parameters
+ * into it. Before ga_client_init only. Writes the tensor's index. */
+ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *shape, int ndim, float *params,
+                               const ga_tensor_options *opt, int *index);
+/* Sends each tensor's current params as its initial value (the first rank's values win; a
+ * later init of the same shape is a no-op) and pulls the current version into every params. */
+ga_status ga_client_init(ga_client *c);
+
+/* One training step: grads[i] (n_i floats, borrowed, read only) for each tensor i in
+ * registration order. Encodes, pushes, waits for the next version, writes it into params. A
+ * push that arrives after its step closed (straggler) is folded back into the residual and
+ * reported as GA_OK with stats.late_pushes incremented; the pull still brings the new version.
+ * The first error from the server or the transport is returned, with ga_client_error. */
+ga_status ga_client_step(ga_client *c, const float *const *grads);
+
+/* DGC warm-up epoch (0-based); call at each epoch start. */
+void ga_client_set_epoch(ga_client *c, uint32_t epoch);
+/* Parameter version held in the buffers. */
+uint64_t ga_client_version(const ga_client *c);
+/* The message of the last error ("" when none). Valid until the next call on c. */
+const char *ga_client_error(const ga_client *c);
+void ga_client_get_stats(const ga_client *c, ga_client_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* What the server and the SDK share about the wire besides the messages: the ga_status <->
+ * gRPC status table, the accounted protobuf-c allocator, and packing/unpacking messages to and
+ * from gRPC byte buffers (with a zero-copy path for the large `bytes` field of a chunk).
+ * Thread-safe: any thread. */
+#ifndef GA_WIRE_H
+#define GA_WIRE_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/status.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Trailing-metadata key of every error status the server sends: the value is the ga_status
+ * name ("E_STEP_CLOSED"), so the SDK recovers the exact status, not only the gRPC code. */
+#define GA_WIRE_STATUS_KEY "gradagg-status"
+
+/* The field number of the large `bytes` field of InitChunk, PushChunk and PullChunk. It is the
+ * highest field of each, so it may be appended after the other fields. */
+#define GA_WIRE_PAYLOAD_FIELD 15u
+
+/* The gRPC status code a ga_status is sent as (one table; GA_OK -> GRPC_STATUS_OK). */
+grpc_status_code ga_wire_grpc_code(ga_status st);
+
+/* The ga_status a client reports for a finished call: the status named by the trailing
+ * metadata value `name` (len bytes) when it names one, else the generic status for `code`
+ * (UNAVAILABLE -> GA_E_UNAVAILABLE, DEADLINE_EXCEEDED -> GA_E_DEADLINE, ...). */
+ga_status ga_wire_status_from(grpc_status_code code, const char *name, size_t len);
+
+/* protobuf-c allocator over ga_malloc/ga_free: every unpacked message is accounted. Free
+ * unpacked messages with protobuf_c_message_free_unpacked(msg, &ga_wire_allocator). */
+extern ProtobufCAllocator ga_wire_allocator;
+
+/* Unpacks a message of type `desc` from a received byte buffer (any number of slices).
+ * Returns owned (free as above). GA_E_PROTO when the bytes are not a valid message,
+ * GA_E_NOMEM. The byte buffer is borrowed. */
+ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out);
+
+/* Packs `msg` into a new byte buffer. When payload != NULL, `len` bytes at payload are appended
+ * as bytes field GA_WIRE_PAYLOAD_FIELD without a copy (msg's own field 15 must be empty); gRPC
+ * calls release(ud) once it no longer needs them, on any thread, possibly before this returns
+ * when packing fails. Returns owned (grpc_byte_buffer_destroy), or NULL when out of memory. */
+grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload, size_t len,
+                               void (*release)(void *), void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,26 @@
+/* ga_blob: an immutable, reference-counted byte block. A published parameter snapshot or an
+ * encoded pull delta is one blob, shared by every pull that streams it and released by the last
+ * one (on whatever thread gRPC finishes the send). */
+#ifndef GA_BLOB_H
+#define GA_BLOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ga_blob {
+    uint8_t *data; /* 64-byte aligned, `size` bytes; written only before the blob is shared */
+    size_t size;
+    int refs;      /* atomic; use ga_blob_ref / ga_blob_unref */
+} ga_blob;
+
+/* A new blob of `size` bytes with one reference, contents undefined; NULL when out of memory.
+ * Memory comes from ga_malloc (accounted). */
+ga_blob *ga_blob_create(size_t size);
+/* Adds a reference; returns b. Any thread. */
+ga_blob *ga_blob_ref(ga_blob *b);
+/* Drops a reference and frees the blob with the last one. NULL is a no-op. Any thread. */
+void ga_blob_unref(ga_blob *b);
+/* ga_blob_unref with a void * argument: the release callback for ga_wire_pack. */
+void ga_blob_release(void *b);
+
+#endif

@@ -1,0 +1,59 @@
+/* A push or an init stream as received: chunks assembled and checked on a completion-queue
+ * thread (everything that needs no job state), then handed whole to the core, which commits it
+ * or refuses it as one. */
+#ifndef GA_BUNDLE_H
+#define GA_BUNDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_codec.h"
+#include "ga_methods.h"
+
+typedef struct ga_push_part {
+    Gradagg__V1__PushChunk *chunk; /* owned; chunk->payload.data is 4-byte aligned */
+    ga_codec_id codec;             /* parsed from chunk->codec and validated */
+    ga_codec_params params;
+} ga_push_part;
+
+/* One rank's gradients for one step. Header fields come from the first chunk; every later
+ * chunk must agree (GA_E_STREAM_MIXED). */
+typedef struct ga_push {
+    char *job;
+    uint32_t rank;
+    uint64_t incarnation;
+    uint64_t step;
+    ga_push_part *parts;
+    size_t count, cap;
+    size_t payload_bytes;
+} ga_push;
+
+typedef struct ga_init_part {
+    Gradagg__V1__InitChunk *chunk; /* owned; values are `count` finite fp32 (or none) */
+} ga_init_part;
+
+typedef struct ga_init {
+    char *job;
+    uint32_t rank;
+    uint64_t incarnation;
+    ga_init_part *parts;
+    size_t count, cap;
+    size_t payload_bytes;
+} ga_init;
+
+/* Checks one chunk without job state and appends it. Takes chunk (freed on error too).
+ * *push may be NULL (a new bundle is created). On error writes a specific message to
+ * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
+ * header agrees with earlier chunks, count > 0, offset + count does not overflow, codec known and
+ * its parameters valid, payload length and contents valid for `count` elements
+ * (ga_codec_check_payload), bundle payload within max_bytes (GA_E_LIMIT). */
+ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
+void ga_push_free(ga_push *push); /* NULL is a no-op */
+
+/* The same for init chunks: tensor name non-empty, shape non-empty with no zero dimension and a
+ * product that fits, the same tensor always with the same shape, offset + count <= elements,
+ * values empty or exactly 4 * count bytes of finite floats. */
+ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
+void ga_init_free(ga_init *init);
+
+#endif

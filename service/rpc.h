@@ -1,0 +1,82 @@
+/* The transport: the gRPC C core server, its completion-queue threads and every call. Handlers
+ * above it see ga_call handles and unpacked protobuf-c messages, never a gRPC type.
+ *
+ * Threads: each completion-queue thread owns the calls pinned to its queue; callbacks in
+ * ga_rpc_handlers run on those threads and must not touch loop-owned state (they post to the
+ * loop). ga_call_send and ga_call_finish may be called from any thread.
+ *
+ * Call lifetime: a call handed up (on_request, or on_stream_end) belongs to its handler until
+ * the handler calls ga_call_finish on it, exactly once, even when the client has gone (then the
+ * finish is a no-op that releases the call). on_cancel tells the handler early that the client
+ * has gone, so a long wait (a pull) can end. */
+#ifndef GA_RPC_H
+#define GA_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ga_methods.h"
+#include "ga_status.h"
+
+typedef struct ga_rpc_server ga_rpc_server;
+typedef struct ga_call ga_call;
+
+typedef struct ga_rpc_handlers {
+    void *ctx;
+    /* A unary or server-streaming request. Takes msg (free with protobuf_c_message_free_unpacked
+     * and ga_wire_allocator). Must finish the call eventually. */
+    void (*on_request)(void *ctx, ga_call *call, ga_method_id method, ProtobufCMessage *msg);
+    /* One message of a client stream. *stream is the handler's per-call state (NULL before the
+     * first message). Takes msg. Returns GA_OK to read on, or an error: the transport then
+     * finishes the call with that status and `why` (a NUL-terminated message the handler wrote
+     * into why[0..why_cap)), then calls on_stream_abort. The next message is read only after
+     * this returns (flow control is the backpressure). */
+    ga_status (*on_stream_message)(void *ctx, ga_call *call, ga_method_id method, ProtobufCMessage *msg,
+                                   void **stream, char *why, size_t why_cap);
+    /* The client half-closed a client stream cleanly. Takes stream. Must finish the call. */
+    void (*on_stream_end)(void *ctx, ga_call *call, ga_method_id method, void *stream);
+    /* The stream failed (client cancelled, deadline, broken connection, bad message, server
+     * shutdown) before its end: nothing of it may take effect. Frees stream (may be NULL). */
+    void (*on_stream_abort)(void *ctx, ga_method_id method, void *stream);
+    /* The client of a call that was handed up and not yet finished has gone. */
+    void (*on_cancel)(void *ctx, ga_call *call);
+} ga_rpc_handlers;
+
+typedef struct ga_rpc_options {
+    const char *listen;          /* "127.0.0.1:0", "0.0.0.0:7070" */
+    int threads;                 /* completion-queue threads, >= 1 */
+    size_t max_message_bytes;    /* receive and send limit per message */
+    /* TLS and auth arrive with the operations issue; NULL here = insecure. */
+} ga_rpc_options;
+#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20}
+
+/* Binds, starts the threads and begins accepting. *port = the bound port. Borrows handlers
+ * (must outlive the server). Errors: GA_E_IO (cannot bind, or the port is in use: reuseport is
+ * off), GA_E_CONFIG, GA_E_NOMEM. */
+ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *handlers,
+                              ga_rpc_server **out, int *port);
+/* Stops accepting new calls and lets calls in flight finish: `done(arg)` runs on a
+ * completion-queue thread once every call has been released. Calls that are still open after
+ * ga_rpc_server_cancel_all are cancelled. Any thread, once. */
+void ga_rpc_server_shutdown(ga_rpc_server *s, void (*done)(void *arg), void *arg);
+/* Cancels every call still open (they finish with CANCELLED on the client). Any thread. */
+void ga_rpc_server_cancel_all(ga_rpc_server *s);
+/* Joins the threads and frees the server; after the shutdown's done ran. NULL is a no-op. */
+void ga_rpc_server_destroy(ga_rpc_server *s);
+
+/* Server streams: queues one message; when payload_blob != NULL its bytes [off, off+len) are
+ * appended as the message's payload field without a copy (the call takes one reference to the
+ * blob, a ga_blob *). Messages go out in order, one at a time. Borrows msg (packed before
+ * return). No-op once the client has gone. Any thread. */
+void ga_call_send(ga_call *call, const ProtobufCMessage *msg, void *payload_blob, size_t off, size_t len);
+/* Ends the call: sends `resp` (may be NULL; unary and client-stream calls send it when st is
+ * GA_OK), then the status `st` with a message (printf format; NULL = ga_strerror(st)) and, for
+ * errors, the trailing metadata GA_WIRE_STATUS_KEY = ga_status_name(st). Queued after every
+ * message sent before. Releases the caller's hold on the call. Any thread. */
+void ga_call_finish(ga_call *call, const ProtobufCMessage *resp, ga_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The peer address ("ipv4:127.0.0.1:5432"), for logs; valid until the call is finished. */
+const char *ga_call_peer(const ga_call *call);
+
+#endif

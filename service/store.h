@@ -1,0 +1,71 @@
+/* The store: one job's tensors (parameters, optimizer state, the step's sum, the published copy
+ * every worker holds) and all the math on them, on the CPU or the CUDA backend. Not thread-safe:
+ * the core calls it from one thread at a time (a libuv thread-pool task, or the loop while no
+ * task of this job runs). What it publishes leaves as immutable blobs the loop hands to pulls. */
+#ifndef GA_STORE_H
+#define GA_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob.h"
+#include "ga_codec.h"
+#include "ga_exec.h"
+#include "ga_optim.h"
+
+typedef enum ga_optim_kind { GA_OPTIM_NONE = 0, GA_OPTIM_SGD = 1, GA_OPTIM_ADAM = 2 } ga_optim_kind;
+
+typedef struct ga_store_config {
+    ga_backend backend;
+    int threads;                /* OpenMP threads; 0 = all */
+    bool mean;                  /* divide the sum by the number of contributors */
+    ga_optim_kind optim;
+    ga_sgd_params sgd;
+    ga_adam_params adam;
+    ga_codec_id pull_codec;     /* GA_CODEC_NONE: fp32 pulls, no deltas */
+    ga_codec_params pull_params;
+    size_t piece_elems;         /* elements per pull piece; a multiple of GA_STORE_PIECE_ALIGN */
+} ga_store_config;
+
+/* Pieces (and so compressed-delta payloads) start on multiples of this: every codec's block. */
+#define GA_STORE_PIECE_ALIGN 1024u
+
+/* One tensor's published version: what every pull of it streams. Pieces cover [0, n) in order;
+ * piece i is elements [i * piece_elems, min(n, (i + 1) * piece_elems)). */
+typedef struct ga_published {
+    ga_blob *full;        /* n fp32 values, the parameters every worker holds after this version */
+    ga_blob *delta;       /* NULL, or the encoded delta from the previous version, piece after piece */
+    size_t *delta_off;    /* npieces + 1 byte offsets into delta (owned by the blob's holder) */
+    size_t npieces;
+} ga_published;
+/* Releases the references and the offsets; leaves *p zeroed. */
+void ga_published_clear(ga_published *p);
+
+typedef struct ga_store ga_store;
+
+/* Validates the config (optimizer hyper-parameters, pull codec). Errors: GA_E_OPTIM, codec
+ * parameter errors, GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE, GA_E_NOMEM. Returns owned. */
+ga_status ga_store_create(const ga_store_config *cfg, ga_store **out);
+void ga_store_destroy(ga_store *s); /* NULL is a no-op */
+
+/* Adds a tensor of n elements with initial values `init` (host fp32, borrowed; NULL = zeros)
+ * and writes its index and its version-0 publication (full only). */
+ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t *index, ga_published *out);
+/* Bytes the store holds on the host and on the device. */
+uint64_t ga_store_bytes(const ga_store *s);
+
+/* Decodes one chunk's payload (host memory, borrowed) and adds it into tensor t's sum over
+ * [offset, offset + count). Validates before touching the sum; on error nothing changed. */
+ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                              const ga_codec_params *p, const void *payload, size_t len);
+/* Closes a step that had `contributors` >= 1 pushes: scales the sums (mean), runs the optimizer
+ * on every tensor, zeroes the sums, and publishes every tensor into out[0..tensors): the new
+ * full values, and with a pull codec the delta encoded piece by piece from the previous
+ * publication, which is then advanced by exactly the decoded delta (server-side error feedback:
+ * what was not sent stays in params - published). On error nothing is published. */
+ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
+/* Drops the step's sums (zeroes them) without applying. */
+ga_status ga_store_discard(ga_store *s);
+
+#endif
