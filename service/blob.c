@@ -1,1 +1,47 @@
-/* placeholder: not written yet */
+/* ga_blob: immutable reference-counted bytes (see blob.h). */
+#include "blob.h"
+
+#include <stdatomic.h>
+
+#include "ga_alloc.h"
+
+typedef struct blob_impl {
+    ga_blob pub;
+    atomic_int refs;
+} blob_impl;
+
+ga_blob *ga_blob_create(size_t size)
+{
+    blob_impl *b = ga_malloc(sizeof *b);
+    if (!b) return NULL;
+    b->pub.data = ga_malloc(size ? size : 1);
+    if (!b->pub.data) {
+        ga_free(b);
+        return NULL;
+    }
+    b->pub.size = size;
+    b->pub.refs = 0; /* unused: the count lives in refs below */
+    atomic_init(&b->refs, 1);
+    return &b->pub;
+}
+
+ga_blob *ga_blob_ref(ga_blob *b)
+{
+    atomic_fetch_add_explicit(&((blob_impl *)b)->refs, 1, memory_order_relaxed);
+    return b;
+}
+
+void ga_blob_unref(ga_blob *b)
+{
+    if (!b) return;
+    blob_impl *impl = (blob_impl *)b;
+    /* acq_rel: every writer's stores happen before the free on the last reference. */
+    if (atomic_fetch_sub_explicit(&impl->refs, 1, memory_order_acq_rel) != 1) return;
+    ga_free(b->data);
+    ga_free(impl);
+}
+
+void ga_blob_release(void *b)
+{
+    ga_blob_unref(b);
+}

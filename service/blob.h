@@ -10,7 +10,7 @@
 typedef struct ga_blob {
     uint8_t *data; /* 64-byte aligned, `size` bytes; written only before the blob is shared */
     size_t size;
-    int refs;      /* atomic; use ga_blob_ref / ga_blob_unref */
+    int refs;      /* unused by callers: the count is private to blob.c */
 } ga_blob;
 
 /* A new blob of `size` bytes with one reference, contents undefined; NULL when out of memory.
