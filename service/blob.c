@@ -20,7 +20,6 @@ ga_blob *ga_blob_create(size_t size)
         return NULL;
     }
     b->pub.size = size;
-    b->pub.refs = 0; /* unused: the count lives in refs below */
     atomic_init(&b->refs, 1);
     return &b->pub;
 }

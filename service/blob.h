@@ -10,8 +10,7 @@
 typedef struct ga_blob {
     uint8_t *data; /* 64-byte aligned, `size` bytes; written only before the blob is shared */
     size_t size;
-    int refs;      /* unused by callers: the count is private to blob.c */
-} ga_blob;
+} ga_blob; /* the reference count is private to blob.c */
 
 /* A new blob of `size` bytes with one reference, contents undefined; NULL when out of memory.
  * Memory comes from ga_malloc (accounted). */
