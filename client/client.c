@@ -1,1 +1,548 @@
-/* placeholder: not written yet */
+/* The client's life: options, Join with retries, tensors, the step sequence, errors and
+ * stats, Leave. The work of a step lives in push.c (encode, push, fold-back) and pull.c. */
+#define _POSIX_C_SOURCE 200809L
+#include "client_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+/* Most dimensions of a tensor's shape. */
+#define GA_CLIENT_MAX_DIMS 16
+/* Smallest chunk: one alignment block of fp32 values. */
+#define GA_CLIENT_MIN_CHUNK ((size_t)GA_CHUNK_ALIGN * sizeof(float))
+/* Largest chunk: well below any sane gRPC message limit. */
+#define GA_CLIENT_MAX_CHUNK ((size_t)64 << 20)
+
+/* ---- errors, retries, time ---- */
+
+ga_status ga_client_fail(ga_client *c, ga_status st, const char *fmt, ...)
+{
+    if (st == GA_OK) {
+        c->err[0] = '\0';
+        return st;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* "GA_E_STEP_CLOSED" -> "E_STEP_CLOSED": the name the server sends and the logs show. */
+static const char *short_name(ga_status st)
+{
+    const char *name = ga_status_name(st);
+    return strncmp(name, "GA_", 3) == 0 ? name + 3 : name;
+}
+
+ga_status ga_client_fail_call(ga_client *c, ga_status st, const char *why, const char *what, ...)
+{
+    char head[256];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(head, sizeof head, what, ap);
+    va_end(ap);
+    snprintf(c->err, sizeof c->err, "%s: %s: %s", head, short_name(st), why && why[0] ? why : ga_strerror(st));
+    return st;
+}
+
+double ga_client_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
+{
+    uint32_t delay = c->opt.backoff_ms;
+    for (uint32_t tries = 0;; tries++) {
+        why[0] = '\0';
+        ga_status st = attempt(c, arg, why, cap);
+        if (st != GA_E_UNAVAILABLE || tries >= c->opt.max_retries) return st;
+        c->stats.retries++;
+        sleep_ms(delay);
+        delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;
+    }
+}
+
+static ga_status clear_error(ga_client *c)
+{
+    c->err[0] = '\0';
+    return GA_OK;
+}
+
+/* ---- codec parameters ---- */
+
+ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p)
+{
+    static const ga_codec_params zero;
+    ga_codec_params in = p && memcmp(p, &zero, sizeof zero) != 0 ? *p : ga_codec_params_default(codec);
+    ga_codec_params out = zero;
+    switch (codec) {
+    case GA_CODEC_2BIT:
+    case GA_CODEC_1BIT:
+        out.threshold = in.threshold;
+        break;
+    case GA_CODEC_TOPK:
+        out.ratio = in.ratio;
+        out.sample_fraction = in.sample_fraction;
+        out.adapt_rounds = in.adapt_rounds;
+        out.seed = in.seed;
+        out.topk_values = in.topk_values;
+        out.topk_indices = in.topk_indices;
+        break;
+    default:
+        break;
+    }
+    return out;
+}
+
+void ga_client_codec_msg(ga_codec_id codec, const ga_codec_params *p, Gradagg__V1__Codec *out)
+{
+    gradagg__v1__codec__init(out);
+    out->id = (Gradagg__V1__CodecId)codec;
+    out->threshold = p->threshold;
+    out->ratio = p->ratio;
+    out->sample_fraction = p->sample_fraction;
+    out->adapt_rounds = p->adapt_rounds;
+    out->seed = p->seed;
+    out->topk_values = p->topk_values;
+    out->topk_indices = p->topk_indices;
+}
+
+/* ---- create ---- */
+
+static char *dup_string(const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *d = ga_malloc(len);
+    if (d) memcpy(d, s, len);
+    return d;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Unique per process and per client: two clients created in the same nanosecond differ by the
+ * counter. */
+static uint64_t new_incarnation(void)
+{
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    x = mix64(x ^ ((uint64_t)getpid() << 20) ^ atomic_fetch_add(&counter, 1));
+    return x ? x : 1;
+}
+
+static ga_status check_options(const ga_client_options *o, char *msg, size_t cap)
+{
+#define BAD(st, ...)                          \
+    do {                                      \
+        if (msg && cap) snprintf(msg, cap, __VA_ARGS__); \
+        return (st);                          \
+    } while (0)
+    if (o->version != sizeof(ga_client_options))
+        BAD(GA_E_INVAL, "options version %u, expected %zu (start from GA_CLIENT_OPTIONS_INIT)", o->version,
+            sizeof(ga_client_options));
+    if (!o->server || !o->server[0]) BAD(GA_E_INVAL, "options: server address is empty");
+    if (!o->job || !o->job[0]) BAD(GA_E_INVAL, "options: job name is empty");
+    if (o->world_size == 0) BAD(GA_E_CONFIG, "options: world_size must be at least 1");
+    if (o->rank >= o->world_size)
+        BAD(GA_E_CONFIG, "options: rank %u outside [0, world_size %u)", o->rank, o->world_size);
+    if (o->mode != GA_MODE_SYNC && o->mode != GA_MODE_ASYNC) BAD(GA_E_CONFIG, "options: unknown mode %d", (int)o->mode);
+    if (o->quorum > o->world_size)
+        BAD(GA_E_CONFIG, "options: quorum %u exceeds world_size %u", o->quorum, o->world_size);
+    ga_exec ex = GA_EXEC_CPU_INIT;
+    ga_status st;
+    switch (o->optimizer) {
+    case GA_SERVER_OPTIM_NONE:
+        break;
+    case GA_SERVER_OPTIM_SGD:
+        /* n = 0: checks the hyper-parameters and does nothing. */
+        if ((st = ga_sgd_step(&ex, &o->sgd, NULL, NULL, NULL, 0)) != GA_OK)
+            BAD(GA_E_CONFIG, "options: sgd lr %g momentum %g weight_decay %g nesterov %d: %s", (double)o->sgd.lr,
+                (double)o->sgd.momentum, (double)o->sgd.weight_decay, (int)o->sgd.nesterov, ga_strerror(st));
+        break;
+    case GA_SERVER_OPTIM_ADAM:
+        if ((st = ga_adam_step(&ex, &o->adam, 1, NULL, NULL, NULL, NULL, 0)) != GA_OK)
+            BAD(GA_E_CONFIG, "options: adam lr %g beta1 %g beta2 %g eps %g weight_decay %g: %s", (double)o->adam.lr,
+                (double)o->adam.beta1, (double)o->adam.beta2, (double)o->adam.eps, (double)o->adam.weight_decay,
+                ga_strerror(st));
+        break;
+    default:
+        BAD(GA_E_CONFIG, "options: unknown optimizer %d", (int)o->optimizer);
+    }
+    if (!ga_codec_name(o->pull_codec)) BAD(GA_E_CONFIG, "options: unknown pull codec %d", (int)o->pull_codec);
+    ga_codec_params pp = ga_client_codec_params(o->pull_codec, &o->pull_params);
+    if ((st = ga_codec_params_validate(o->pull_codec, &pp)) != GA_OK)
+        BAD(GA_E_CONFIG, "options: pull codec %s: %s", ga_codec_name(o->pull_codec), ga_strerror(st));
+    if (o->chunk_bytes < GA_CLIENT_MIN_CHUNK || o->chunk_bytes > GA_CLIENT_MAX_CHUNK)
+        BAD(GA_E_CONFIG, "options: chunk_bytes %zu outside [%zu, %zu]", o->chunk_bytes, GA_CLIENT_MIN_CHUNK,
+            GA_CLIENT_MAX_CHUNK);
+    if (o->call_timeout_ms == 0 || o->step_timeout_ms == 0)
+        BAD(GA_E_CONFIG, "options: call_timeout_ms and step_timeout_ms must be > 0");
+    if (o->backoff_max_ms < o->backoff_ms)
+        BAD(GA_E_CONFIG, "options: backoff_max_ms %u below backoff_ms %u", o->backoff_max_ms, o->backoff_ms);
+    if (o->threads < 0) BAD(GA_E_CONFIG, "options: threads %d < 0", o->threads);
+    return GA_OK;
+#undef BAD
+}
+
+static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap)
+{
+    Gradagg__V1__JoinResponse **out = arg;
+    const ga_client_options *o = &c->opt;
+    Gradagg__V1__Optimizer optim = GRADAGG__V1__OPTIMIZER__INIT;
+    /* Only the chosen optimizer's fields: every rank then sends the same config whatever it left
+     * in the others. */
+    if (o->optimizer == GA_SERVER_OPTIM_SGD) {
+        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_SGD;
+        optim.lr = o->sgd.lr;
+        optim.momentum = o->sgd.momentum;
+        optim.weight_decay = o->sgd.weight_decay;
+        optim.nesterov = o->sgd.nesterov;
+    } else if (o->optimizer == GA_SERVER_OPTIM_ADAM) {
+        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_ADAM;
+        optim.lr = o->adam.lr;
+        optim.beta1 = o->adam.beta1;
+        optim.beta2 = o->adam.beta2;
+        optim.eps = o->adam.eps;
+        optim.weight_decay = o->adam.weight_decay;
+        optim.decoupled = o->adam.decoupled;
+    }
+    Gradagg__V1__Straggler strag = GRADAGG__V1__STRAGGLER__INIT;
+    strag.deadline_ms = o->deadline_ms;
+    strag.quorum = o->quorum;
+    Gradagg__V1__Codec pull = GRADAGG__V1__CODEC__INIT;
+    ga_codec_params pp = ga_client_codec_params(o->pull_codec, &o->pull_params);
+    ga_client_codec_msg(o->pull_codec, &pp, &pull);
+    Gradagg__V1__JobConfig cfg = GRADAGG__V1__JOB_CONFIG__INIT;
+    cfg.world_size = o->world_size;
+    cfg.mode = o->mode == GA_MODE_ASYNC ? GRADAGG__V1__MODE__MODE_ASYNC : GRADAGG__V1__MODE__MODE_SYNC;
+    cfg.reduce = o->mean ? GRADAGG__V1__REDUCE__REDUCE_MEAN : GRADAGG__V1__REDUCE__REDUCE_SUM;
+    cfg.optimizer = &optim;
+    cfg.straggler = &strag;
+    cfg.pull_codec = &pull;
+    Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
+    req.job = c->job;
+    req.rank = o->rank;
+    req.incarnation = c->incarnation;
+    req.config = &cfg;
+    ProtobufCMessage *resp = NULL;
+    ga_status st = ga_call_unary(c->ch, GA_METHOD_JOIN, &req.base, o->call_timeout_ms, &resp, why, cap);
+    if (st == GA_OK) *out = (Gradagg__V1__JoinResponse *)resp;
+    return st;
+}
+
+/* Receive limit: the server's pull chunks are sized by the server, not by chunk_bytes. */
+static size_t message_limit(size_t chunk_bytes)
+{
+    size_t lim = chunk_bytes + ((size_t)1 << 20);
+    return lim < ((size_t)64 << 20) ? (size_t)64 << 20 : lim;
+}
+
+ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap)
+{
+    if (out) *out = NULL;
+    if (msg && msg_cap) msg[0] = '\0';
+    if (!opt || !out) {
+        if (msg && msg_cap) snprintf(msg, msg_cap, "create: %s is NULL", opt ? "out" : "options");
+        return GA_E_INVAL;
+    }
+    ga_status st = check_options(opt, msg, msg_cap);
+    if (st != GA_OK) return st;
+
+    ga_client *c = ga_calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->opt = *opt;
+    c->server = dup_string(opt->server);
+    c->job = dup_string(opt->job);
+    if (!c->server || !c->job) goto nomem;
+    c->opt.server = c->server;
+    c->opt.job = c->job;
+    c->ex = (ga_exec)GA_EXEC_CPU_INIT;
+    c->ex.max_threads = opt->threads;
+    c->incarnation = opt->incarnation ? opt->incarnation : new_incarnation();
+
+    st = ga_channel_create(c->server, message_limit(opt->chunk_bytes), &c->ch);
+    if (st != GA_OK) {
+        ga_client_fail(c, st, "channel to %s: %s", c->server, ga_strerror(st));
+        goto fail;
+    }
+    Gradagg__V1__JoinResponse *resp = NULL;
+    char why[256];
+    st = ga_client_retry(c, join_attempt, &resp, why, sizeof why);
+    if (st != GA_OK) {
+        ga_client_fail_call(c, st, why, "join job '%s' rank %u at %s", c->job, opt->rank, c->server);
+        goto fail;
+    }
+    c->version = resp->version;
+    c->step = resp->open_step;
+    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
+    *out = c;
+    return GA_OK;
+
+nomem:
+    st = GA_E_NOMEM;
+    if (c) ga_client_fail(c, st, "create: out of memory");
+fail:
+    if (msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "create: out of memory");
+    if (c) {
+        ga_channel_destroy(c->ch);
+        ga_free(c->server);
+        ga_free(c->job);
+        ga_free(c);
+    }
+    return st;
+}
+
+/* ---- destroy ---- */
+
+static void tensor_free(ga_tensor *t)
+{
+    ga_free(t->name);
+    ga_free(t->shape);
+    ga_free(t->residual);
+    ga_free(t->u);
+    ga_free(t->work);
+    ga_free(t->late);
+    ga_free(t->buf);
+    ga_free(t->parts);
+}
+
+void ga_client_destroy(ga_client *c)
+{
+    if (!c) return;
+    if (c->ch) {
+        /* Best effort: a worker that goes away should not hold its rank. */
+        Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
+        req.job = c->job;
+        req.rank = c->opt.rank;
+        req.incarnation = c->incarnation;
+        ProtobufCMessage *resp = NULL;
+        char why[128];
+        if (ga_call_unary(c->ch, GA_METHOD_LEAVE, &req.base, c->opt.call_timeout_ms, &resp, why, sizeof why) ==
+            GA_OK)
+            protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+        ga_channel_destroy(c->ch);
+    }
+    for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
+    ga_free(c->tensors);
+    ga_free(c->scratch);
+    ga_free(c->server);
+    ga_free(c->job);
+    ga_free(c);
+}
+
+/* ---- tensors ---- */
+
+static ga_status check_tensor(ga_client *c, const char *name, const uint64_t *shape, int ndim, float *params,
+                              const ga_tensor_options *opt, size_t *n)
+{
+    if (c->inited) return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': after init", name ? name : "");
+    if (!name || !name[0]) return ga_client_fail(c, GA_E_INVAL, "add_tensor: empty name");
+    if (!shape || ndim < 1 || ndim > GA_CLIENT_MAX_DIMS)
+        return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': ndim %d outside [1, %d]", name, ndim,
+                              GA_CLIENT_MAX_DIMS);
+    if (!params) return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': params is NULL", name);
+    if (opt && opt->version != sizeof(ga_tensor_options))
+        return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': options version %u, expected %zu", name,
+                              opt->version, sizeof(ga_tensor_options));
+    uint64_t prod = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0) return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': dimension %d is 0", name, d);
+        if (prod > (uint64_t)(SIZE_MAX / sizeof(float)) / shape[d])
+            return ga_client_fail(c, GA_E_TOO_LARGE, "add_tensor '%s': too many elements", name);
+        prod *= shape[d];
+    }
+    for (size_t i = 0; i < c->ntensors; i++)
+        if (strcmp(c->tensors[i].name, name) == 0)
+            return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': name already registered", name);
+    *n = (size_t)prod;
+    return GA_OK;
+}
+
+static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_tensor_options *o,
+                                    ga_codec_params *cp)
+{
+    if (!ga_codec_name(o->codec)) return ga_client_fail(c, GA_E_CODEC, "add_tensor '%s': unknown codec %d", name, (int)o->codec);
+    *cp = ga_client_codec_params(o->codec, &o->params);
+    ga_status st = ga_codec_params_validate(o->codec, cp);
+    if (st != GA_OK)
+        return ga_client_fail(c, st, "add_tensor '%s': codec %s: %s", name, ga_codec_name(o->codec), ga_strerror(st));
+    const ga_dgc_options *d = &o->dgc;
+    if (!d->enabled) return GA_OK;
+    if (!ga_codec_has_residual(o->codec))
+        return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC needs a codec with a residual, not %s", name,
+                              ga_codec_name(o->codec));
+    if (!(d->momentum >= 0.0f && d->momentum < 1.0f))
+        return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC momentum %g outside [0, 1)", name,
+                              (double)d->momentum);
+    if (d->nesterov && d->momentum == 0.0f)
+        return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC nesterov needs momentum > 0", name);
+    if (!(d->clip_norm >= 0.0f) || isinf(d->clip_norm))
+        return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC clip_norm %g must be finite and >= 0", name,
+                              (double)d->clip_norm);
+    return GA_OK;
+}
+
+ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *shape, int ndim, float *params,
+                               const ga_tensor_options *opt, int *index)
+{
+    if (!c) return GA_E_INVAL;
+    static const ga_tensor_options defaults = GA_TENSOR_OPTIONS_INIT;
+    size_t n;
+    ga_status st = check_tensor(c, name, shape, ndim, params, opt, &n);
+    if (st != GA_OK) return st;
+    if (!opt) opt = &defaults;
+    ga_codec_params cp;
+    if ((st = check_tensor_codec(c, name, opt, &cp)) != GA_OK) return st;
+
+    if (c->ntensors == c->tensors_cap) {
+        size_t cap = c->tensors_cap ? 2 * c->tensors_cap : 8;
+        ga_tensor *grown = ga_calloc(cap, sizeof *grown);
+        if (!grown) return ga_client_fail(c, GA_E_NOMEM, "add_tensor '%s': out of memory", name);
+        if (c->ntensors) memcpy(grown, c->tensors, c->ntensors * sizeof *grown);
+        ga_free(c->tensors);
+        c->tensors = grown;
+        c->tensors_cap = cap;
+    }
+    ga_tensor t = {0};
+    t.name = dup_string(name);
+    t.shape = ga_malloc((size_t)ndim * sizeof *t.shape);
+    bool ok = t.name && t.shape;
+    t.ndim = ndim;
+    t.n = n;
+    t.params = params;
+    t.codec = opt->codec;
+    t.cp = cp;
+    t.dgc = opt->dgc;
+    if (ok && ga_codec_has_residual(opt->codec)) ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
+    if (ok && t.dgc.enabled && t.dgc.momentum != 0.0f) ok = (t.u = ga_calloc(n, sizeof(float))) != NULL;
+    if (!ok) {
+        tensor_free(&t);
+        return ga_client_fail(c, GA_E_NOMEM, "add_tensor '%s': out of memory for %zu elements", name, n);
+    }
+    memcpy(t.shape, shape, (size_t)ndim * sizeof *t.shape);
+    c->tensors[c->ntensors] = t;
+    if (index) *index = (int)c->ntensors;
+    c->ntensors++;
+    return clear_error(c);
+}
+
+/* ---- init and steps ---- */
+
+ga_status ga_client_init(ga_client *c)
+{
+    if (!c) return GA_E_INVAL;
+    if (c->inited) return ga_client_fail(c, GA_E_INVAL, "init: already done");
+    if (c->ntensors == 0) return ga_client_fail(c, GA_E_INVAL, "init: no tensors registered");
+    /* Safe to repeat after a failure: a second init of the same tensors is a no-op. */
+    ga_status st = ga_client_send_init(c);
+    if (st != GA_OK) return st;
+    c->params_exact = false;
+    if ((st = ga_client_pull(c, 0)) != GA_OK) return st;
+    c->step = c->version;
+    c->inited = true;
+    return clear_error(c);
+}
+
+/* Statuses after which the server may have counted the push (an answer got lost): folding it
+ * back could count it twice, so it stays out of the residual. Every other error is a refusal
+ * of the whole stream. */
+static bool push_maybe_counted(ga_status st)
+{
+    return st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT;
+}
+
+ga_status ga_client_step(ga_client *c, const float *const *grads)
+{
+    if (!c) return GA_E_INVAL;
+    if (!c->inited) return ga_client_fail(c, GA_E_INVAL, "step: before init");
+    if (!grads) return ga_client_fail(c, GA_E_INVAL, "step: grads is NULL");
+    for (size_t i = 0; i < c->ntensors; i++)
+        if (!grads[i]) return ga_client_fail(c, GA_E_INVAL, "step: grads[%zu] ('%s') is NULL", i, c->tensors[i].name);
+    c->stats.encode_s = c->stats.push_s = c->stats.pull_s = c->stats.decode_s = 0.0;
+    c->stats.bytes_pushed = c->stats.bytes_pulled = 0;
+    ga_status st;
+    if (c->pull_pending) {
+        /* The last push counted but its parameters never arrived: fetch them before these
+         * gradients go anywhere. */
+        if ((st = ga_client_pull(c, c->pull_min)) != GA_OK) return st;
+        c->pull_pending = false;
+        if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
+    }
+
+    double t0 = ga_client_now();
+    st = ga_client_encode(c, grads);
+    double t1 = ga_client_now();
+    c->stats.encode_s = t1 - t0;
+    if (st != GA_OK) return st;
+
+    uint64_t ack_version = 0;
+    st = ga_client_push(c, &ack_version);
+    c->stats.push_s = ga_client_now() - t1;
+    uint64_t min_version;
+    if (st == GA_E_STEP_CLOSED) {
+        /* A straggler: its step closed without it. Nothing is lost: the payloads go back into
+         * the residual and travel with the next step. */
+        if ((st = ga_client_fold_back(c)) != GA_OK) return st;
+        c->stats.late_pushes++;
+        min_version = c->step + 1;
+    } else if (st != GA_OK) {
+        if (!push_maybe_counted(st)) {
+            char msg[sizeof c->err];
+            memcpy(msg, c->err, sizeof msg);
+            ga_client_fold_back(c);
+            memcpy(c->err, msg, sizeof msg);
+        }
+        return st;
+    } else {
+        min_version = c->opt.mode == GA_MODE_ASYNC ? ack_version : c->step + 1;
+    }
+    if ((st = ga_client_pull(c, min_version)) != GA_OK) {
+        c->pull_pending = true;
+        c->pull_min = min_version;
+        return st;
+    }
+    if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
+    c->stats.steps++;
+    return clear_error(c);
+}
+
+void ga_client_set_epoch(ga_client *c, uint32_t epoch)
+{
+    if (c) c->epoch = epoch;
+}
+
+uint64_t ga_client_version(const ga_client *c) { return c ? c->version : 0; }
+
+const char *ga_client_error(const ga_client *c) { return c ? c->err : "client is NULL"; }
+
+void ga_client_get_stats(const ga_client *c, ga_client_stats *out)
+{
+    if (c && out) *out = c->stats;
+}

@@ -59,7 +59,7 @@ typedef struct ga_client_options {
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
-     0, 0, GA_CODEC_NONE, {0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0}
+     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). */
 typedef struct ga_dgc_options {
@@ -79,7 +79,9 @@ typedef struct ga_tensor_options {
     ga_dgc_options dgc;
 } ga_tensor_options;
 
-#define GA_TENSOR_OPTIONS_INIT {sizeof(ga_tensor_options), GA_CODEC_NONE, {0}, {0}}
+#define GA_TENSOR_OPTIONS_INIT                                                     \
+    {sizeof(ga_tensor_options), GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, \
+     {false, 0.0f, false, false, 0.0f, 0}}
 
 /* Per-step figures of the last ga_client_step, and totals. */
 typedef struct ga_client_stats {

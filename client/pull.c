@@ -1,0 +1,231 @@
+/* The pull side of a step: a Pull stream for a version >= min_version, fp32 chunks written into
+ * the caller's buffers as they come, compressed deltas held until the stream ended OK and then
+ * added (a broken pull never leaves half a delta applied), with retries. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+/* A delta chunk held until the end of the stream. */
+typedef struct held_delta {
+    Gradagg__V1__PullChunk *msg;
+    ga_tensor *t;
+    ga_codec_id codec;
+    ga_codec_params params;
+    const void *payload; /* msg's payload, or an aligned copy */
+    void *copy;
+} held_delta;
+
+typedef struct pull_state {
+    uint64_t min_version;
+    bool asked_delta;
+    bool have_version;
+    uint64_t version;
+    size_t *covered; /* elements received per tensor */
+    held_delta *held;
+    size_t nheld, held_cap;
+    size_t cursor;   /* the tensor the next chunk most likely names */
+    uint64_t bytes;
+    double apply_s;
+} pull_state;
+
+static ga_tensor *find_tensor(ga_client *c, pull_state *ps, const char *name)
+{
+    for (size_t k = 0; k < c->ntensors; k++) {
+        size_t i = (ps->cursor + k) % c->ntensors;
+        if (strcmp(c->tensors[i].name, name) == 0) {
+            ps->cursor = i;
+            return &c->tensors[i];
+        }
+    }
+    return NULL;
+}
+
+static void release_held(pull_state *ps)
+{
+    for (size_t i = 0; i < ps->nheld; i++) {
+        protobuf_c_message_free_unpacked(&ps->held[i].msg->base, &ga_wire_allocator);
+        ga_free(ps->held[i].copy);
+    }
+    ps->nheld = 0;
+}
+
+/* Checks one chunk and writes (fp32) or holds (delta) it. Takes m on GA_OK only. */
+static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk *m, char *why, size_t cap)
+{
+    if (!ps->have_version) {
+        ps->version = m->version;
+        ps->have_version = true;
+    }
+    if (m->version != ps->version || m->version < ps->min_version) {
+        snprintf(why, cap, "chunk of version %llu in a pull of version %llu (asked >= %llu)",
+                 (unsigned long long)m->version, (unsigned long long)ps->version,
+                 (unsigned long long)ps->min_version);
+        return GA_E_PROTO;
+    }
+    const char *name = m->tensor ? m->tensor : "";
+    ga_tensor *t = find_tensor(c, ps, name);
+    ps->bytes += m->payload.len;
+    if (!t) { /* a tensor another rank registered: not ours to hold */
+        protobuf_c_message_free_unpacked(&m->base, &ga_wire_allocator);
+        return GA_OK;
+    }
+    if (m->count == 0 || m->offset > t->n || m->count > t->n - m->offset) {
+        snprintf(why, cap, "tensor '%s': range [%llu, +%llu) outside its %zu elements", name,
+                 (unsigned long long)m->offset, (unsigned long long)m->count, t->n);
+        return GA_E_PROTO;
+    }
+    size_t off = (size_t)m->offset, count = (size_t)m->count;
+    if (m->kind == GRADAGG__V1__PULL_KIND__PULL_FULL) {
+        if (m->payload.len != count * sizeof(float)) {
+            snprintf(why, cap, "tensor '%s' [%zu, +%zu): fp32 payload of %zu bytes", name, off, count,
+                     m->payload.len);
+            return GA_E_PROTO;
+        }
+        double t0 = ga_client_now();
+        c->params_exact = false; /* mixed until the stream ends well */
+        memcpy(t->params + off, m->payload.data, m->payload.len);
+        ps->apply_s += ga_client_now() - t0;
+        ps->covered[t - c->tensors] += count;
+        protobuf_c_message_free_unpacked(&m->base, &ga_wire_allocator);
+        return GA_OK;
+    }
+    if (m->kind != GRADAGG__V1__PULL_KIND__PULL_DELTA) {
+        snprintf(why, cap, "tensor '%s': unknown pull kind %d", name, (int)m->kind);
+        return GA_E_PROTO;
+    }
+    if (!ps->asked_delta || m->base_version != c->version) {
+        snprintf(why, cap, "tensor '%s': delta against version %llu, the buffers hold %s %llu", name,
+                 (unsigned long long)m->base_version, ps->asked_delta ? "version" : "no exact version",
+                 (unsigned long long)c->version);
+        return GA_E_PROTO;
+    }
+    held_delta h = {.msg = m, .t = t, .codec = GA_CODEC_NONE, .payload = m->payload.data};
+    if (!m->codec || !ga_codec_name((ga_codec_id)m->codec->id)) {
+        snprintf(why, cap, "tensor '%s': delta with an unknown codec", name);
+        return GA_E_PROTO;
+    }
+    h.codec = (ga_codec_id)m->codec->id;
+    const Gradagg__V1__Codec *cm = m->codec;
+    h.params = (ga_codec_params){cm->threshold, cm->ratio, cm->sample_fraction, cm->adapt_rounds, cm->seed,
+                                 (uint8_t)cm->topk_values, (uint8_t)cm->topk_indices};
+    if (ps->nheld == ps->held_cap) {
+        size_t ncap = ps->held_cap ? 2 * ps->held_cap : 16;
+        held_delta *grown = ga_malloc(ncap * sizeof *grown);
+        if (!grown) return GA_E_NOMEM;
+        if (ps->nheld) memcpy(grown, ps->held, ps->nheld * sizeof *grown);
+        ga_free(ps->held);
+        ps->held = grown;
+        ps->held_cap = ncap;
+    }
+    if (((uintptr_t)h.payload & 3) != 0) { /* decoders read 32-bit words */
+        if (!(h.copy = ga_malloc(m->payload.len))) return GA_E_NOMEM;
+        memcpy(h.copy, m->payload.data, m->payload.len);
+        h.payload = h.copy;
+    }
+    ga_status st = ga_codec_check_payload(h.codec, &h.params, h.payload, m->payload.len, count);
+    if (st != GA_OK) {
+        ga_free(h.copy);
+        snprintf(why, cap, "tensor '%s' [%zu, +%zu): bad %s delta: %s", name, off, count, ga_codec_name(h.codec),
+                 ga_strerror(st));
+        return st;
+    }
+    ps->held[ps->nheld++] = h;
+    ps->covered[t - c->tensors] += count;
+    return GA_OK;
+}
+
+static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
+{
+    pull_state *ps = arg;
+    ps->asked_delta = c->params_exact;
+    ps->have_version = false;
+    memset(ps->covered, 0, c->ntensors * sizeof *ps->covered);
+    Gradagg__V1__PullRequest req = GRADAGG__V1__PULL_REQUEST__INIT;
+    req.job = c->job;
+    req.rank = c->opt.rank;
+    req.incarnation = c->incarnation;
+    req.min_version = ps->min_version;
+    req.has_version = ps->asked_delta;
+    req.have_version = ps->asked_delta ? c->version : 0;
+
+    ga_stream *s = NULL;
+    ga_status st = ga_stream_open(c->ch, GA_METHOD_PULL, c->opt.step_timeout_ms, &s);
+    if (st != GA_OK) {
+        snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
+        return st;
+    }
+    st = ga_stream_send(s, &req.base, NULL, 0);
+    if (st == GA_OK) st = ga_stream_close_send(s);
+    for (;;) {
+        ProtobufCMessage *m = NULL;
+        ga_status rst = ga_stream_recv(s, &gradagg__v1__pull_chunk__descriptor, &m, why, cap);
+        if (rst != GA_OK || !m) {
+            if (rst != GA_OK) st = rst;
+            break;
+        }
+        if (st != GA_OK) {
+            protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+            continue;
+        }
+        st = take_chunk(c, ps, (Gradagg__V1__PullChunk *)m, why, cap);
+        if (st != GA_OK) {
+            protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+            if (st == GA_E_NOMEM) snprintf(why, cap, "out of memory");
+            ga_stream_cancel(s);
+            break;
+        }
+    }
+    ga_stream_destroy(s);
+    if (st == GA_OK) {
+        for (size_t i = 0; i < c->ntensors; i++) {
+            if (ps->covered[i] != c->tensors[i].n) {
+                snprintf(why, cap, "tensor '%s': %zu of %zu elements received", c->tensors[i].name, ps->covered[i],
+                         c->tensors[i].n);
+                st = GA_E_COVERAGE;
+                break;
+            }
+        }
+    }
+    if (st == GA_OK) {
+        double t0 = ga_client_now();
+        for (size_t i = 0; i < ps->nheld && st == GA_OK; i++) {
+            held_delta *h = &ps->held[i];
+            st = ga_codec_decode_add(&c->ex, h->codec, &h->params, h->payload, h->msg->payload.len,
+                                     (size_t)h->msg->count, h->t->params + h->msg->offset);
+            if (st != GA_OK) {
+                /* Checked on arrival: cannot fail short of a codec bug, but say so if it does. */
+                c->params_exact = false;
+                snprintf(why, cap, "applying the delta of tensor '%s': %s", h->t->name, ga_strerror(st));
+            }
+        }
+        ps->apply_s += ga_client_now() - t0;
+    }
+    release_held(ps);
+    if (st == GA_OK) {
+        c->version = ps->version;
+        c->params_exact = true;
+    }
+    return st;
+}
+
+ga_status ga_client_pull(ga_client *c, uint64_t min_version)
+{
+    double t0 = ga_client_now();
+    pull_state ps = {0};
+    ps.min_version = min_version;
+    ps.covered = ga_calloc(c->ntensors ? c->ntensors : 1, sizeof *ps.covered);
+    if (!ps.covered) return ga_client_fail(c, GA_E_NOMEM, "pull version %llu: out of memory", (unsigned long long)min_version);
+    char why[256];
+    ga_status st = ga_client_retry(c, pull_attempt, &ps, why, sizeof why);
+    ga_free(ps.covered);
+    ga_free(ps.held);
+    c->stats.bytes_pulled += ps.bytes;
+    c->stats.decode_s += ps.apply_s;
+    c->stats.pull_s += ga_client_now() - t0 - ps.apply_s;
+    if (st != GA_OK) return ga_client_fail_call(c, st, why, "pull version >= %llu", (unsigned long long)min_version);
+    return GA_OK;
+}

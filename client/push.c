@@ -1,0 +1,251 @@
+/* The push side of a step: DGC correction, encoding every chunk once into buffers kept until
+ * the push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
+ * folding refused payloads back into the residual. */
+#include <stdio.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "dgc.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+/* Most elements per chunk whatever the codec: bounds the DGC masking scratch and the work a
+ * single encode call does (topk payloads are tiny, so chunk_bytes alone would allow
+ * hundreds of millions of elements). */
+#define GA_CHUNK_MAX_ELEMS ((size_t)4 << 20)
+
+static size_t align4(size_t x) { return (x + 3) & ~(size_t)3; }
+
+/* Grows *buf to at least want bytes; the old contents need not survive. */
+static bool reserve(void **buf, size_t *cap, size_t want)
+{
+    if (*cap >= want) return true;
+    void *p = ga_malloc(want);
+    if (!p) return false;
+    ga_free(*buf);
+    *buf = p;
+    *cap = want;
+    return true;
+}
+
+/* The seed of chunk i of a step: the sampled start moves every step, as DGC's random start. */
+static uint64_t chunk_seed(uint64_t base, uint64_t step, size_t i)
+{
+    uint64_t x = base ^ (step * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)i * 0xC2B2AE3D27D4EB4Full);
+    x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 29);
+}
+
+/* The step the push carries: the open step (sync), or the version the gradients were computed
+ * on (async). */
+static uint64_t push_step(const ga_client *c) { return c->opt.mode == GA_MODE_ASYNC ? c->version : c->step; }
+
+static bool needs_work(const ga_tensor *t, const float *g)
+{
+    if (t->dgc.enabled)
+        return t->dgc.nesterov || (t->dgc.momentum == 0.0f && ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm) != 1.0f);
+    return t->late_pending;
+}
+
+/* Plans t's chunks for this step and reserves every buffer the encode needs, so that nothing
+ * can fail for lack of memory once residuals start to move. */
+static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step)
+{
+    ga_codec_params p = t->cp;
+    if (t->codec == GA_CODEC_TOPK && t->dgc.enabled) p.ratio = ga_dgc_ratio(p.ratio, t->dgc.warmup_epochs, c->epoch);
+    size_t elems;
+    ga_status st = ga_chunks_for_codec(t->codec, &p, c->opt.chunk_bytes, &elems);
+    if (st != GA_OK) return ga_client_fail(c, st, "push step %llu: tensor '%s': %s", (unsigned long long)step, t->name, ga_strerror(st));
+    if (elems > GA_CHUNK_MAX_ELEMS) elems = GA_CHUNK_MAX_ELEMS;
+    size_t nparts = ga_chunks_count(t->n, elems);
+    size_t parts_bytes = t->parts_cap * sizeof *t->parts;
+    if (!reserve((void **)&t->parts, &parts_bytes, nparts * sizeof *t->parts)) goto nomem;
+    t->parts_cap = parts_bytes / sizeof *t->parts;
+    size_t pos = 0;
+    for (size_t i = 0; i < nparts; i++) {
+        ga_push_part *part = &t->parts[i];
+        ga_chunks_range(t->n, elems, i, &part->off, &part->count);
+        part->params = p;
+        if (t->codec == GA_CODEC_TOPK) part->params.seed = chunk_seed(p.seed, step, i);
+        size_t cap;
+        if ((st = ga_codec_encoded_size(t->codec, &part->params, part->count, &cap)) != GA_OK)
+            return ga_client_fail(c, st, "push step %llu: tensor '%s': %s", (unsigned long long)step, t->name,
+                                  ga_strerror(st));
+        part->pos = pos;
+        part->len = cap; /* the capacity until encoded */
+        pos = align4(pos + cap);
+    }
+    t->nparts = nparts;
+    if (!reserve((void **)&t->buf, &t->buf_cap, pos ? pos : 4)) goto nomem;
+    if (needs_work(t, g) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
+    if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
+        size_t want = elems < t->n ? elems : t->n;
+        size_t bytes = c->scratch_n * sizeof(float);
+        if (!reserve((void **)&c->scratch, &bytes, want * sizeof(float))) goto nomem;
+        c->scratch_n = bytes / sizeof(float);
+    }
+    return GA_OK;
+nomem:
+    t->nparts = 0;
+    return ga_client_fail(c, GA_E_NOMEM, "push step %llu: tensor '%s': out of memory", (unsigned long long)step,
+                          t->name);
+}
+
+/* Encodes t's chunks; the residual (and DGC's u) move here. */
+static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step)
+{
+    const float *src = g;
+    if (t->dgc.enabled) {
+        float s = ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm);
+        src = ga_dgc_correct(&t->dgc, t->u, g, s, t->work, t->n);
+    } else if (t->late_pending) {
+        for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        src = t->work;
+    }
+    for (size_t i = 0; i < t->nparts; i++) {
+        ga_push_part *p = &t->parts[i];
+        float *res = t->residual ? t->residual + p->off : NULL;
+        size_t len;
+        ga_status st = ga_codec_encode(&c->ex, t->codec, &p->params, src + p->off, res, p->count, t->buf + p->pos,
+                                       p->len, &len);
+        if (st != GA_OK) {
+            t->nparts = i; /* what was encoded, for the fold-back */
+            return ga_client_fail(c, st, "push step %llu: encode tensor '%s' [%zu, %zu) with %s: %s",
+                                  (unsigned long long)step, t->name, p->off, p->off + p->count,
+                                  ga_codec_name(t->codec), ga_strerror(st));
+        }
+        p->len = len;
+        c->stats.bytes_pushed += len;
+        /* Sent now: a fold-back of this chunk brings it back into late. */
+        if (t->late_pending) memset(t->late + p->off, 0, p->count * sizeof(float));
+        if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
+            st = ga_dgc_mask(&c->ex, t->codec, &p->params, t->buf + p->pos, len, p->count, t->u + p->off, c->scratch);
+            if (st != GA_OK) /* our own payload: cannot fail short of a codec bug */
+                return ga_client_fail(c, st, "push step %llu: DGC masking of tensor '%s': %s",
+                                      (unsigned long long)step, t->name, ga_strerror(st));
+        }
+    }
+    t->late_pending = false;
+    return GA_OK;
+}
+
+ga_status ga_client_encode(ga_client *c, const float *const *grads)
+{
+    uint64_t step = push_step(c);
+    /* Everything that can refuse the step comes before the first residual moves. */
+    for (size_t i = 0; i < c->ntensors; i++) {
+        ga_tensor *t = &c->tensors[i];
+        t->nparts = 0;
+        if (!ga_dgc_all_finite(grads[i], t->n))
+            return ga_client_fail(c, GA_E_NONFINITE, "push step %llu: gradient of tensor '%s' holds NaN or Inf",
+                                  (unsigned long long)step, t->name);
+    }
+    ga_status st;
+    for (size_t i = 0; i < c->ntensors; i++)
+        if ((st = plan_tensor(c, &c->tensors[i], grads[i], step)) != GA_OK) return st;
+    for (size_t i = 0; i < c->ntensors; i++) {
+        if ((st = encode_tensor(c, &c->tensors[i], grads[i], step)) != GA_OK) {
+            /* A wire-type overflow (fp16/bf16) after others moved: keep what they encoded. */
+            char msg[sizeof c->err];
+            memcpy(msg, c->err, sizeof msg);
+            for (size_t j = i + 1; j < c->ntensors; j++) c->tensors[j].nparts = 0;
+            ga_client_fold_back(c);
+            memcpy(c->err, msg, sizeof msg);
+            return st;
+        }
+    }
+    return GA_OK;
+}
+
+ga_status ga_client_fold_back(ga_client *c)
+{
+    ga_status rc = GA_OK;
+    for (size_t i = 0; i < c->ntensors; i++) {
+        ga_tensor *t = &c->tensors[i];
+        if (t->nparts == 0) continue;
+        float *into = t->residual;
+        if (!into) {
+            if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
+                rc = ga_client_fail(c, GA_E_NOMEM, "fold-back of tensor '%s': out of memory", t->name);
+                continue;
+            }
+            into = t->late;
+            t->late_pending = true;
+        }
+        for (size_t k = 0; k < t->nparts; k++) {
+            ga_push_part *p = &t->parts[k];
+            ga_status st = ga_codec_decode_add(&c->ex, t->codec, &p->params, t->buf + p->pos, p->len, p->count,
+                                               into + p->off);
+            if (st != GA_OK && rc == GA_OK)
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+        }
+        t->nparts = 0;
+    }
+    return rc;
+}
+
+typedef struct push_arg {
+    uint64_t step;
+    Gradagg__V1__PushResponse *resp;
+} push_arg;
+
+static ga_status push_attempt(ga_client *c, void *arg, char *why, size_t cap)
+{
+    push_arg *a = arg;
+    ga_stream *s = NULL;
+    ga_status st = ga_stream_open(c->ch, GA_METHOD_PUSH, c->opt.call_timeout_ms, &s);
+    if (st != GA_OK) {
+        snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
+        return st;
+    }
+    Gradagg__V1__PushChunk chunk = GRADAGG__V1__PUSH_CHUNK__INIT;
+    Gradagg__V1__Codec codec = GRADAGG__V1__CODEC__INIT;
+    chunk.job = c->job;
+    chunk.rank = c->opt.rank;
+    chunk.incarnation = c->incarnation;
+    chunk.step = a->step;
+    chunk.codec = &codec;
+    for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
+        ga_tensor *t = &c->tensors[i];
+        chunk.tensor = t->name;
+        for (size_t k = 0; k < t->nparts && st == GA_OK; k++) {
+            ga_push_part *p = &t->parts[k];
+            chunk.offset = p->off;
+            chunk.count = p->count;
+            ga_client_codec_msg(t->codec, &p->params, &codec);
+            st = ga_stream_send(s, &chunk.base, t->buf + p->pos, p->len);
+        }
+    }
+    if (st == GA_OK) st = ga_stream_close_send(s);
+    /* The response, then the final status; after a failed send the final status says why. */
+    ga_status fin;
+    for (;;) {
+        ProtobufCMessage *m = NULL;
+        fin = ga_stream_recv(s, &gradagg__v1__push_response__descriptor, &m, why, cap);
+        if (fin != GA_OK || !m) break;
+        if (!a->resp) a->resp = (Gradagg__V1__PushResponse *)m;
+        else protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+    }
+    ga_stream_destroy(s);
+    if (fin != GA_OK) st = fin;
+    if (st == GA_OK && !a->resp) {
+        snprintf(why, cap, "the stream ended without a response");
+        st = GA_E_PROTO;
+    }
+    if (st != GA_OK && a->resp) {
+        protobuf_c_message_free_unpacked(&a->resp->base, &ga_wire_allocator);
+        a->resp = NULL;
+    }
+    return st;
+}
+
+ga_status ga_client_push(ga_client *c, uint64_t *ack_version)
+{
+    push_arg a = {push_step(c), NULL};
+    char why[256];
+    ga_status st = ga_client_retry(c, push_attempt, &a, why, sizeof why);
+    if (st != GA_OK) return ga_client_fail_call(c, st, why, "push step %llu", (unsigned long long)a.step);
+    *ack_version = a.resp->version;
+    protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
+    return GA_OK;
+}
