@@ -16,13 +16,13 @@
 
 /* ---- memory ---- */
 
-ga_status ga_store_mem_get(ga_store *s, store_mem where, size_t bytes, void **out)
+ga_status ga_store_mem_get(ga_store *s, ga_store_mem where, size_t bytes, void **out)
 {
     void *p = NULL;
-    if (where == STORE_MEM_HOST) {
+    if (where == GA_STORE_MEM_HOST) {
         p = ga_malloc(bytes);
         if (!p) return GA_E_NOMEM;
-    } else if (where == STORE_MEM_PINNED) {
+    } else if (where == GA_STORE_MEM_PINNED) {
         GA_CHECK(ga_pinned_malloc(bytes, &p));
     } else {
         GA_CHECK(ga_device_malloc(bytes, &p));
@@ -32,18 +32,18 @@ ga_status ga_store_mem_get(ga_store *s, store_mem where, size_t bytes, void **ou
     return GA_OK;
 }
 
-void ga_store_mem_put(ga_store *s, store_mem where, void *p, size_t bytes)
+void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes)
 {
     if (!p) return;
-    if (where == STORE_MEM_HOST) ga_free(p);
-    else if (where == STORE_MEM_PINNED) ga_pinned_free(p);
+    if (where == GA_STORE_MEM_HOST) ga_free(p);
+    else if (where == GA_STORE_MEM_PINNED) ga_pinned_free(p);
     else ga_device_free(p);
     s->bytes -= bytes;
 }
 
 ga_status ga_store_zero(ga_store *s, float *dst, size_t n)
 {
-    if (s->compute == STORE_MEM_HOST) {
+    if (s->compute == GA_STORE_MEM_HOST) {
         if (n) memset(dst, 0, n * sizeof *dst);
         return GA_OK;
     }
@@ -70,7 +70,7 @@ static ga_status floats_get(ga_store *s, bool wanted, size_t n, float **out)
     return GA_OK;
 }
 
-static void tensor_free(ga_store *s, store_tensor *t)
+static void tensor_free(ga_store *s, ga_store_tensor *t)
 {
     size_t bytes = t->n * sizeof(float);
     ga_store_mem_put(s, s->compute, t->params, bytes);
@@ -82,7 +82,7 @@ static void tensor_free(ga_store *s, store_tensor *t)
 }
 
 /* Replaces *buf (capacity *cap) by one of at least `need` bytes; the contents are not kept. */
-static ga_status regrow(ga_store *s, store_mem where, void **buf, size_t *cap, size_t need)
+static ga_status regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need)
 {
     if (*buf && *cap >= need) return GA_OK;
     void *p;
@@ -130,7 +130,8 @@ ga_status ga_store_create(const ga_store_config *cfg, ga_store **out)
     s->cfg = *cfg;
     s->bytes = sizeof *s;
     s->ex = (ga_exec){cfg->backend, cfg->threads, GA_SIMD_AUTO, NULL};
-    s->compute = cfg->backend == GA_BACKEND_CUDA ? STORE_MEM_DEVICE : STORE_MEM_HOST;
+    s->compute = cfg->backend == GA_BACKEND_CUDA ? GA_STORE_MEM_DEVICE : GA_STORE_MEM_HOST;
+    s->staging = cfg->backend == GA_BACKEND_CUDA ? GA_STORE_MEM_PINNED : GA_STORE_MEM_HOST;
     if (cfg->backend == GA_BACKEND_CUDA) {
         ga_status rc = ga_cuda_stream_create(&s->ex.cuda_stream);
         if (rc != GA_OK) {
@@ -147,14 +148,14 @@ void ga_store_destroy(ga_store *s)
     if (!s) return;
     (void)ga_exec_sync(&s->ex); /* nothing queued may outlive its buffers */
     for (uint32_t i = 0; i < s->count; i++) tensor_free(s, &s->tensors[i]);
-    ga_store_mem_put(s, STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
     size_t scratch = s->scratch_elems * sizeof(float);
     ga_store_mem_put(s, s->compute, s->delta, scratch);
     ga_store_mem_put(s, s->compute, s->residual, scratch);
     ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
-    ga_store_mem_put(s, s->compute == STORE_MEM_DEVICE ? STORE_MEM_PINNED : STORE_MEM_HOST, s->stage, s->stage_cap);
-    ga_store_mem_put(s, STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
+    ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
+    ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
     ga_cuda_stream_destroy(s->ex.cuda_stream);
     ga_free(s);
 }
@@ -172,9 +173,9 @@ static ga_status reserve(ga_store *s)
     if (s->count < s->cap) return GA_OK;
     uint32_t cap = s->cap ? (s->cap > UINT32_MAX / 2 ? UINT32_MAX : 2 * s->cap) : 8;
     void *p;
-    GA_CHECK(ga_store_mem_get(s, STORE_MEM_HOST, (size_t)cap * sizeof *s->tensors, &p));
+    GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, (size_t)cap * sizeof *s->tensors, &p));
     if (s->count) memcpy(p, s->tensors, s->count * sizeof *s->tensors);
-    ga_store_mem_put(s, STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
     s->tensors = p;
     s->cap = cap;
     return GA_OK;
@@ -184,14 +185,14 @@ static ga_status reserve(ga_store *s)
 static ga_status zeros_get(ga_store *s, size_t elems, float **out)
 {
     void *dev;
-    GA_CHECK(ga_store_mem_get(s, STORE_MEM_DEVICE, elems * sizeof(float), &dev));
+    GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_DEVICE, elems * sizeof(float), &dev));
     float *host = ga_calloc(elems, sizeof *host);
     ga_status rc = host ? ga_device_copy(&s->ex, dev, host, elems * sizeof *host) : GA_E_NOMEM;
     ga_status synced = ga_exec_sync(&s->ex); /* before host goes */
     ga_free(host);
     if (rc == GA_OK) rc = synced;
     if (rc != GA_OK) {
-        ga_store_mem_put(s, STORE_MEM_DEVICE, dev, elems * sizeof(float));
+        ga_store_mem_put(s, GA_STORE_MEM_DEVICE, dev, elems * sizeof(float));
         return rc;
     }
     *out = dev;
@@ -203,7 +204,7 @@ static ga_status grow_scratch(ga_store *s, size_t n)
 {
     bool deltas = s->cfg.pull_codec != GA_CODEC_NONE;
     size_t elems = n < s->cfg.piece_elems ? n : s->cfg.piece_elems;
-    size_t zero = s->compute == STORE_MEM_DEVICE ? (n < ZERO_MAX_ELEMS ? n : ZERO_MAX_ELEMS) : 0;
+    size_t zero = s->compute == GA_STORE_MEM_DEVICE ? (n < ZERO_MAX_ELEMS ? n : ZERO_MAX_ELEMS) : 0;
     bool more_scratch = deltas && elems > s->scratch_elems, more_zeros = zero > s->zero_elems;
     if (!more_scratch && !more_zeros) return GA_OK;
 
@@ -228,7 +229,7 @@ static ga_status grow_scratch(ga_store *s, size_t n)
         s->scratch_elems = elems, s->payload_cap = payload_cap;
     }
     if (more_zeros) {
-        ga_store_mem_put(s, STORE_MEM_DEVICE, s->zeros, s->zero_elems * sizeof(float));
+        ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->zeros, s->zero_elems * sizeof(float));
         s->zeros = zeros, s->zero_elems = zero;
     }
     return GA_OK;
@@ -242,7 +243,7 @@ fail:
 
 /* Fills a new tensor from its version-0 values (host, in full->data): params, the published copy,
  * and zeroed sum and optimizer state. */
-static ga_status tensor_init(ga_store *s, store_tensor *t, const ga_blob *full)
+static ga_status tensor_init(ga_store *s, ga_store_tensor *t, const ga_blob *full)
 {
     size_t bytes = t->n * sizeof(float);
     GA_CHECK(ga_device_copy(&s->ex, t->params, full->data, bytes));
@@ -261,7 +262,7 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
 
     const ga_store_config *c = &s->cfg;
     bool sgd_buf = c->optim == GA_OPTIM_SGD && c->sgd.momentum != 0.0f, adam = c->optim == GA_OPTIM_ADAM;
-    store_tensor t = {.n = n};
+    ga_store_tensor t = {.n = n};
     ga_status rc;
     ga_blob *full = ga_blob_create(n * sizeof(float));
     if (!full) return GA_E_NOMEM;
@@ -302,7 +303,7 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
 {
     if (!s) return GA_E_INVAL;
     if (t >= s->count) return GA_E_UNKNOWN_TENSOR;
-    const store_tensor *tensor = &s->tensors[t];
+    const ga_store_tensor *tensor = &s->tensors[t];
     if (offset > tensor->n || count > tensor->n - offset) return GA_E_LENGTH;
     /* The length is checked before any staging, so a bad chunk cannot make the buffers grow. */
     size_t most;
@@ -311,10 +312,10 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
     if (len > 0 && !payload) return GA_E_INVAL;
     float *sum = tensor->sum + offset;
 
-    if (s->compute == STORE_MEM_HOST) {
+    if (s->compute == GA_STORE_MEM_HOST) {
         /* Codecs read payloads as 32-bit words; a protobuf buffer need not be aligned. */
         if ((uintptr_t)payload % 4 != 0) {
-            GA_CHECK(regrow(s, STORE_MEM_HOST, (void **)&s->stage, &s->stage_cap,
+            GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap,
                             len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES));
             memcpy(s->stage, payload, len);
             payload = s->stage;
@@ -325,8 +326,8 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
     /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
      * between calls, so the buffers can be replaced here. */
     size_t want = len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES;
-    GA_CHECK(regrow(s, STORE_MEM_PINNED, (void **)&s->stage, &s->stage_cap, want));
-    GA_CHECK(regrow(s, STORE_MEM_DEVICE, (void **)&s->dev_in, &s->dev_in_cap, want));
+    GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap, want));
+    GA_CHECK(regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
     if (len) memcpy(s->stage, payload, len);
     ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
     if (rc == GA_OK) rc = ga_codec_decode_add(&s->ex, codec, p, s->dev_in, len, count, sum);

@@ -22,7 +22,7 @@ void ga_published_clear(ga_published *p)
 /* Allocates the blobs of one tensor's next publication before any math runs, so a failure
  * to allocate changes nothing. The delta blob is sized for the largest payload of each piece
  * (exact for fixed-size codecs; top-k payloads are usually shorter, see publish_delta). */
-static ga_status publication_alloc(const ga_store *s, const store_tensor *t, ga_published *pub)
+static ga_status publication_alloc(const ga_store *s, const ga_store_tensor *t, ga_published *pub)
 {
     size_t npieces = ga_store_npieces(s, t->n), pe = s->cfg.piece_elems, most = 0;
     memset(pub, 0, sizeof *pub);
@@ -46,7 +46,7 @@ nomem:
 }
 
 /* sum -> mean -> optimizer -> params; then the sum is cleared for the next step. */
-static ga_status step_tensor(ga_store *s, store_tensor *t, float scale)
+static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale)
 {
     const ga_store_config *c = &s->cfg;
     if (scale != 1.0f) GA_CHECK(ga_reduce_scale(&s->ex, t->sum, t->n, scale));
@@ -75,11 +75,12 @@ static bool delta_unsendable(ga_status rc)
  * difference and is sent in a later version (server-side error feedback). Payloads are packed
  * back to back (top-k lengths vary, so a piece may start at any byte); each is encoded into the
  * aligned scratch, decoded from there, then copied into the blob. */
-static ga_status publish_delta(ga_store *s, store_tensor *t, ga_published *pub)
+static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pub)
 {
     ga_codec_id codec = s->cfg.pull_codec;
     ga_codec_params p = s->cfg.pull_params;
-    /* A different top-k sample every version (DGC); decoding does not read the seed. */
+    /* A different top-k sample every version (DGC): version v encodes with pull_params.seed + v.
+     * Decoding does not read the seed, so a chunk may carry the configured one. */
     p.seed = s->cfg.pull_params.seed + s->version;
     float *residual = ga_codec_has_residual(codec) ? s->residual : NULL;
     size_t pe = s->cfg.piece_elems, off = 0;
@@ -107,7 +108,7 @@ static ga_status publish_delta(ga_store *s, store_tensor *t, ga_published *pub)
     return GA_OK;
 }
 
-static ga_status publish_tensor(ga_store *s, store_tensor *t, ga_published *pub)
+static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *pub)
 {
     const float *src = t->params;
     if (s->cfg.pull_codec != GA_CODEC_NONE) {

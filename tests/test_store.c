@@ -100,8 +100,9 @@ static int model_encode(const model *m, const float *delta, size_t n, uint8_t *o
 static void model_decode_add(const model *m, const uint8_t *payload, size_t len, size_t n, float *sum)
 {
     ga_codec_params p = m->cfg.pull_params;
-    int rc = m->cfg.pull_codec == GA_CODEC_TOPK ? oracle_topk_decode_add(&p, payload, len, n, sum)
-                                                : oracle_decode_add(m->cfg.pull_codec, p.threshold, payload, len, n, sum);
+    int rc = m->cfg.pull_codec == GA_CODEC_TOPK
+                 ? oracle_topk_decode_add(&p, payload, len, n, sum)
+                 : oracle_decode_add(m->cfg.pull_codec, p.threshold, payload, len, n, sum);
     assert_int_equal(rc, GA_OK);
 }
 
