@@ -75,7 +75,9 @@ ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *
     for (uint32_t tries = 0;; tries++) {
         why[0] = '\0';
         ga_status st = attempt(c, arg, why, cap);
-        if (st != GA_E_UNAVAILABLE || tries >= c->opt.max_retries) return st;
+        /* A draining server answers E_DRAINING (gRPC UNAVAILABLE): its replacement will take the
+         * call, as it would after a lost connection. */
+        if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING) || tries >= c->opt.max_retries) return st;
         c->stats.retries++;
         sleep_ms(delay);
         delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;
@@ -520,8 +522,11 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
             memcpy(c->err, msg, sizeof msg);
         }
         return st;
+    } else if (c->opt.mode == GA_MODE_ASYNC) {
+        min_version = ack_version;
+        c->step++; /* async: the worker's own push counter (tells a retried push apart) */
     } else {
-        min_version = c->opt.mode == GA_MODE_ASYNC ? ack_version : c->step + 1;
+        min_version = c->step + 1;
     }
     if ((st = ga_client_pull(c, min_version)) != GA_OK) {
         c->pull_pending = true;

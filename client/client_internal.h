@@ -50,7 +50,7 @@ struct ga_client {
     bool inited;
     uint64_t version;      /* the version the params buffers hold */
     bool params_exact;     /* the buffers hold `version` exactly, so a delta may apply */
-    uint64_t step;         /* the step the next push carries */
+    uint64_t step;         /* the step the next push carries (sync: the open step; async: a counter) */
     bool pull_pending;     /* a push was acknowledged but its pull failed: pull first */
     uint64_t pull_min;
     uint32_t epoch;

@@ -111,7 +111,21 @@ ga_status ga_client_init(ga_client *c);
  * registration order. Encodes, pushes, waits for the next version, writes it into params. A
  * push that arrives after its step closed (straggler) is folded back into the residual and
  * reported as GA_OK with stats.late_pushes incremented; the pull still brings the new version.
- * The first error from the server or the transport is returned, with ga_client_error. */
+ * The first error from the server or the transport is returned, with ga_client_error.
+ *
+ * Retries: UNAVAILABLE and E_DRAINING are retried with backoff; a retried push resends the
+ * same bytes (the server counts it once), a retried pull asks for fp32 when a broken attempt
+ * already wrote part of the buffers. Errors, by stage:
+ *  - before encoding (bad arguments, a NaN/Inf gradient: GA_E_NONFINITE): nothing changed;
+ *  - a push the server refused (any status but the ones below): the payloads are folded back
+ *    into the residual (codecs without one keep them aside), so these gradients go with the
+ *    next step: do not push them again;
+ *  - a push whose fate is unknown (GA_E_UNAVAILABLE after the retries, GA_E_DEADLINE,
+ *    GA_E_CANCELLED, GA_E_TRANSPORT): it may have been counted, so it is not folded back;
+ *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
+ *    may have been written: they hold a mix) and the next ga_client_step pulls first.
+ * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
+ * version the push acknowledgement names. */
 ga_status ga_client_step(ga_client *c, const float *const *grads);
 
 /* DGC warm-up epoch (0-based); call at each epoch start. */

@@ -36,9 +36,9 @@ static uint64_t chunk_seed(uint64_t base, uint64_t step, size_t i)
     return x ^ (x >> 29);
 }
 
-/* The step the push carries: the open step (sync), or the version the gradients were computed
- * on (async). */
-static uint64_t push_step(const ga_client *c) { return c->opt.mode == GA_MODE_ASYNC ? c->version : c->step; }
+/* The step the push carries: the open step (sync), or the worker's own push counter (async;
+ * it starts at the version found at join, so a restarted worker does not reuse old numbers). */
+static uint64_t push_step(const ga_client *c) { return c->step; }
 
 static bool needs_work(const ga_tensor *t, const float *g)
 {
