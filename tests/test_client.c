@@ -1,0 +1,424 @@
+/* libgradagg end to end: the SDK against the real server (in-process, gRPC on 127.0.0.1:0).
+ * W workers in threads hold bit-identical parameters (fp32 and delta pulls, heterogeneous
+ * codecs), a dense job matches a local rank-order oracle bit for bit, a straggler's push is
+ * folded back into its residual and counted late, a resent push is acknowledged as a duplicate
+ * and counted once, and errors carry the server's exact statuses and words. */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+#include "gradagg.h"
+#include "rpc_client.h"
+#include "server.h"
+#include "test_memory.h"
+
+#define MAX_W 4
+#define BIG 200000 /* several chunks at chunk_bytes 64 KiB */
+#define SMALL 37
+
+static char data_dir[64];
+static ga_server *server;
+static char address[64];
+
+static int start_server(void **state)
+{
+    (void)state;
+    ga_config cfg;
+    ga_config_defaults(&cfg);
+    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
+    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    cfg.log_level = GA_LOG_WARN;
+    if (ga_server_start(&cfg, &server) != GA_OK) return -1;
+    snprintf(address, sizeof address, "127.0.0.1:%d", ga_server_port(server));
+    return 0;
+}
+
+static int stop_server(void **state)
+{
+    (void)state;
+    ga_server_destroy(server);
+    server = NULL;
+    return 0;
+}
+
+static ga_client_options options(const char *job, uint32_t rank, uint32_t world)
+{
+    ga_client_options o = GA_CLIENT_OPTIONS_INIT;
+    o.server = address;
+    o.job = job;
+    o.rank = rank;
+    o.world_size = world;
+    o.mean = true;
+    o.optimizer = GA_SERVER_OPTIM_SGD;
+    o.sgd.lr = 0.5f;
+    o.chunk_bytes = 64 << 10;
+    o.call_timeout_ms = 10000;
+    o.step_timeout_ms = 20000;
+    o.backoff_ms = 5;
+    o.backoff_max_ms = 50;
+    o.threads = 1;
+    return o;
+}
+
+static float grad_value(uint32_t rank, int step, size_t i)
+{
+    uint64_t x = (uint64_t)i * 2654435761u + (uint64_t)step * 40503u + rank * 97u;
+    return (float)((int)(x % 2001) - 1000) * 1e-4f;
+}
+
+typedef struct worker {
+    ga_client *c;
+    uint32_t rank;
+    float *big, *small;   /* parameters */
+    float *gbig, *gsmall; /* gradients */
+    int first, steps;     /* run_worker's steps: [first, first + steps) */
+    ga_status st;
+} worker;
+
+static void worker_open(worker *wk, const ga_client_options *o, const ga_tensor_options *t)
+{
+    memset(wk, 0, sizeof *wk);
+    wk->rank = o->rank;
+    wk->big = ga_malloc(BIG * sizeof(float));
+    wk->gbig = ga_malloc(BIG * sizeof(float));
+    wk->small = ga_malloc(SMALL * sizeof(float));
+    wk->gsmall = ga_malloc(SMALL * sizeof(float));
+    assert_true(wk->big && wk->gbig && wk->small && wk->gsmall);
+    /* Every rank starts from different values: the first init wins, the pull overwrites. */
+    for (size_t i = 0; i < BIG; i++) wk->big[i] = (float)(i % 101) * 0.01f + (float)o->rank;
+    for (size_t i = 0; i < SMALL; i++) wk->small[i] = 1.0f + (float)o->rank;
+    char msg[512];
+    ga_status st = ga_client_create(o, &wk->c, msg, sizeof msg);
+    if (st != GA_OK) fail_msg("create rank %u: %s", o->rank, msg);
+    uint64_t sb[2] = {400, 500}, ss[1] = {SMALL};
+    assert_int_equal(ga_client_add_tensor(wk->c, "big", sb, 2, wk->big, t, NULL), GA_OK);
+    assert_int_equal(ga_client_add_tensor(wk->c, "small", ss, 1, wk->small, t, NULL), GA_OK);
+}
+
+static void worker_close(worker *wk)
+{
+    ga_client_destroy(wk->c);
+    ga_free(wk->big);
+    ga_free(wk->gbig);
+    ga_free(wk->small);
+    ga_free(wk->gsmall);
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static ga_status worker_step(worker *wk, int step)
+{
+    for (size_t i = 0; i < BIG; i++) wk->gbig[i] = grad_value(wk->rank, step, i);
+    for (size_t i = 0; i < SMALL; i++) wk->gsmall[i] = grad_value(wk->rank, step, i + 7);
+    const float *g[2] = {wk->gbig, wk->gsmall};
+    return ga_client_step(wk->c, g);
+}
+
+static void *run_worker(void *arg)
+{
+    worker *wk = arg;
+    wk->st = wk->c->inited ? GA_OK : ga_client_init(wk->c);
+    for (int s = wk->first; s < wk->first + wk->steps && wk->st == GA_OK; s++) wk->st = worker_step(wk, s);
+    if (wk->st != GA_OK) fprintf(stderr, "rank %u: %s\n", wk->rank, ga_client_error(wk->c));
+    return NULL;
+}
+
+static void run_all(worker *w, uint32_t n, int first, int steps)
+{
+    pthread_t th[MAX_W];
+    for (uint32_t r = 0; r < n; r++) {
+        w[r].first = first;
+        w[r].steps = steps;
+        assert_int_equal(pthread_create(&th[r], NULL, run_worker, &w[r]), 0);
+    }
+    for (uint32_t r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (uint32_t r = 0; r < n; r++) assert_int_equal(w[r].st, GA_OK);
+}
+
+static void expect_identical(worker *w, uint32_t n, uint64_t version)
+{
+    for (uint32_t r = 0; r < n; r++) {
+        assert_int_equal(ga_client_version(w[r].c), version);
+        assert_memory_equal(w[r].big, w[0].big, BIG * sizeof(float));
+        assert_memory_equal(w[r].small, w[0].small, SMALL * sizeof(float));
+    }
+}
+
+static Gradagg__V1__StatusResponse *job_status(const char *job)
+{
+    ga_channel *ch = NULL;
+    assert_int_equal(ga_channel_create(address, 64u << 20, &ch), GA_OK);
+    Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
+    req.job = (char *)job;
+    ProtobufCMessage *resp = NULL;
+    char why[256];
+    ga_status st = ga_call_unary(ch, GA_METHOD_STATUS, &req.base, 10000, &resp, why, sizeof why);
+    if (st != GA_OK) fail_msg("status of %s: %s", job, why);
+    ga_channel_destroy(ch);
+    return (Gradagg__V1__StatusResponse *)resp;
+}
+
+/* ---- identical parameters ---- */
+
+/* fp32 gradients, SGD on the mean: every worker ends on exactly what a local rank-order oracle
+ * computes (W = 4 makes the mean an exact scaling). */
+static void dense_matches_oracle(void **state)
+{
+    (void)state;
+    enum { W = 4, STEPS = 4 };
+    static worker w[W];
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("dense", r, W);
+        worker_open(&w[r], &o, &t);
+    }
+    /* Rank 0 inits first: its values are the job's. */
+    float *want = ga_malloc(BIG * sizeof(float));
+    memcpy(want, w[0].big, BIG * sizeof(float));
+    assert_int_equal(ga_client_init(w[0].c), GA_OK);
+    run_all(w, W, 0, STEPS);
+    expect_identical(w, W, STEPS);
+    for (int s = 0; s < STEPS; s++) {
+        for (size_t i = 0; i < BIG; i++) {
+            float sum = 0.0f;
+            for (uint32_t r = 0; r < W; r++) sum = sum + grad_value(r, s, i);
+            want[i] = want[i] - 0.5f * (sum / (float)W);
+        }
+    }
+    assert_memory_equal(w[0].big, want, BIG * sizeof(float));
+    ga_client_stats st;
+    ga_client_get_stats(w[1].c, &st);
+    assert_int_equal(st.steps, STEPS);
+    assert_int_equal(st.bytes_pushed, (BIG + SMALL) * 4);
+    ga_free(want);
+    for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
+}
+
+/* Every rank with another codec (2bit, none, topk with DGC, 1bit_scaled), pulls as 2bit deltas
+ * with server error feedback: all hold the same bits after every step. */
+static void mixed_codecs_delta_pulls(void **state)
+{
+    (void)state;
+    enum { W = 4, STEPS = 5 };
+    static worker w[W];
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("mixed", r, W);
+        o.pull_codec = GA_CODEC_2BIT;
+        o.pull_params.threshold = 0.01f;
+        ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+        if (r == 0) {
+            t.codec = GA_CODEC_2BIT;
+            t.params.threshold = 0.05f;
+        } else if (r == 2) {
+            t.codec = GA_CODEC_TOPK;
+            t.params = ga_codec_params_default(GA_CODEC_TOPK);
+            t.params.ratio = 0.01f;
+            t.dgc = (ga_dgc_options){true, 0.9f, false, true, 5.0f, 2};
+        } else if (r == 3) {
+            t.codec = GA_CODEC_1BIT_SCALED;
+        }
+        worker_open(&w[r], &o, &t);
+    }
+    run_all(w, W, 0, STEPS);
+    expect_identical(w, W, STEPS);
+    ga_client_stats s0, s1;
+    ga_client_get_stats(w[0].c, &s0);
+    ga_client_get_stats(w[1].c, &s1);
+    assert_true(s0.bytes_pushed * 10 < s1.bytes_pushed); /* 2bit against fp32 */
+    assert_true(s0.bytes_pulled * 10 < (BIG + SMALL) * 4); /* deltas, not fp32 */
+    /* A late joiner (a fresh client for rank 1) gets the published copy as fp32. */
+    worker_close(&w[1]);
+    ga_client_options o = options("mixed", 1, W);
+    o.pull_codec = GA_CODEC_2BIT;
+    o.pull_params.threshold = 0.01f;
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    worker_open(&w[1], &o, &t);
+    assert_int_equal(ga_client_init(w[1].c), GA_OK);
+    expect_identical(w, W, STEPS);
+    for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
+}
+
+/* ---- stragglers and retries ---- */
+
+/* Rank 2 is late for step 1: the step closes at the deadline with ranks 0 and 1, rank 2's push
+ * gets E_STEP_CLOSED, which the SDK turns into a late push folded into the residual. */
+static void straggler_folded_back(void **state)
+{
+    (void)state;
+    enum { W = 3, STEPS = 3 };
+    static worker w[W];
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("straggler", r, W);
+        o.deadline_ms = 100;
+        o.quorum = 2;
+        ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+        t.codec = GA_CODEC_2BIT;
+        t.params.threshold = 0.05f;
+        worker_open(&w[r], &o, &t);
+    }
+    run_all(w, W, 0, 1);
+    float *before = ga_malloc(BIG * sizeof(float));
+    memcpy(before, w[2].c->tensors[0].residual, BIG * sizeof(float));
+    /* Step 1: ranks 0 and 1 close it at the deadline; rank 2 pushes once it has closed. */
+    pthread_t th[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        w[r].first = 1;
+        w[r].steps = 1;
+        assert_int_equal(pthread_create(&th[r], NULL, run_worker, &w[r]), 0);
+    }
+    for (int i = 0; i < 1000; i++) {
+        Gradagg__V1__StatusResponse *s = job_status("straggler");
+        uint64_t v = s->version;
+        protobuf_c_message_free_unpacked(&s->base, &ga_wire_allocator);
+        if (v == 2) break;
+        sleep_ms(10);
+    }
+    ga_status late = worker_step(&w[2], 1);
+    for (uint32_t r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    assert_int_equal(late, GA_OK);
+    for (uint32_t r = 0; r < 2; r++) assert_int_equal(w[r].st, GA_OK);
+    ga_client_stats st;
+    ga_client_get_stats(w[2].c, &st);
+    assert_int_equal(st.late_pushes, 1);
+    assert_int_equal(ga_client_version(w[2].c), 2);
+    /* Folded back: the residual holds what it held plus this step's gradient. */
+    const float *res = w[2].c->tensors[0].residual;
+    for (size_t i = 0; i < BIG; i++) {
+        float want = before[i] + grad_value(2, 1, i);
+        if (fabsf(res[i] - want) > 1e-6f) fail_msg("residual %zu: %g, want %g", i, (double)res[i], (double)want);
+    }
+    Gradagg__V1__StatusResponse *s = job_status("straggler");
+    assert_int_equal(s->late_pushes, 1);
+    assert_int_equal(s->deadline_closes, 1);
+    protobuf_c_message_free_unpacked(&s->base, &ga_wire_allocator);
+    /* Then all three go on together, on the same parameters. */
+    run_all(w, W, 2, 1);
+    expect_identical(w, W, STEPS);
+    ga_free(before);
+    for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
+}
+
+/* The same push sent again (a retry whose first attempt was counted) is acknowledged as a
+ * duplicate and changes nothing. */
+static void resent_push_counted_once(void **state)
+{
+    (void)state;
+    static worker wk;
+    ga_client_options o = options("resend", 0, 1);
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    t.codec = GA_CODEC_2BIT;
+    t.params.threshold = 0.05f;
+    worker_open(&wk, &o, &t);
+    assert_int_equal(ga_client_init(wk.c), GA_OK);
+    assert_int_equal(worker_step(&wk, 0), GA_OK);
+    assert_int_equal(worker_step(&wk, 1), GA_OK);
+    float *params = ga_malloc(BIG * sizeof(float));
+    memcpy(params, wk.big, BIG * sizeof(float));
+    /* The step-1 payloads are still in the client's buffers: resend them as step 1. */
+    wk.c->step = 1;
+    uint64_t ack = 0;
+    assert_int_equal(ga_client_push(wk.c, &ack), GA_OK);
+    assert_int_equal(ack, 2);
+    Gradagg__V1__StatusResponse *s = job_status("resend");
+    assert_int_equal(s->duplicate_pushes, 1);
+    assert_int_equal(s->version, 2);
+    protobuf_c_message_free_unpacked(&s->base, &ga_wire_allocator);
+    wk.c->step = 2;
+    assert_int_equal(ga_client_pull(wk.c, 2), GA_OK);
+    assert_memory_equal(params, wk.big, BIG * sizeof(float));
+    ga_free(params);
+    worker_close(&wk);
+}
+
+/* ---- errors ---- */
+
+static void errors_carry_exact_status(void **state)
+{
+    (void)state;
+    char msg[512];
+    static worker wk;
+    ga_client_options o = options("errors", 0, 2);
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    worker_open(&wk, &o, &t);
+    assert_int_equal(ga_client_init(wk.c), GA_OK);
+
+    /* Another configuration for the same job. */
+    ga_client_options other = options("errors", 1, 3);
+    ga_client *c = NULL;
+    assert_int_equal(ga_client_create(&other, &c, msg, sizeof msg), GA_E_JOB_CONFIG);
+    assert_null(c);
+    assert_non_null(strstr(msg, "join job 'errors' rank 1 at 127.0.0.1:"));
+    assert_non_null(strstr(msg, ": E_JOB_CONFIG: "));
+    /* Rank 0 claimed by a second process while the first is alive. */
+    ga_client_options dup = options("errors", 0, 2);
+    assert_int_equal(ga_client_create(&dup, &c, msg, sizeof msg), GA_E_RANK_HELD);
+    assert_non_null(strstr(msg, ": E_RANK_HELD: "));
+    /* A tensor of another shape. */
+    ga_client_options r1 = options("errors", 1, 2);
+    assert_int_equal(ga_client_create(&r1, &c, msg, sizeof msg), GA_OK);
+    float p[10] = {0};
+    uint64_t shape[1] = {10};
+    assert_int_equal(ga_client_add_tensor(c, "big", shape, 1, p, &t, NULL), GA_OK);
+    assert_int_equal(ga_client_init(c), GA_E_SHAPE);
+    assert_non_null(strstr(ga_client_error(c), "init of 1 tensors: E_SHAPE: "));
+    ga_client_destroy(c);
+    /* A push for a step that is not open. */
+    wk.c->step = 4;
+    for (size_t i = 0; i < BIG; i++) wk.gbig[i] = 0.0f;
+    const float *g[2] = {wk.gbig, wk.gsmall};
+    assert_int_equal(ga_client_step(wk.c, g), GA_E_STEP_FUTURE);
+    assert_true(strncmp(ga_client_error(wk.c), "push step 4: E_STEP_FUTURE: ", 28) == 0);
+    worker_close(&wk);
+
+    /* Nobody listening: UNAVAILABLE after the retries. */
+    ga_client_options dead = options("errors", 0, 2);
+    dead.server = "127.0.0.1:1";
+    dead.max_retries = 2;
+    assert_int_equal(ga_client_create(&dead, &c, msg, sizeof msg), GA_E_UNAVAILABLE);
+    assert_non_null(strstr(msg, "join job 'errors' rank 0 at 127.0.0.1:1: E_UNAVAILABLE"));
+}
+
+int main(void)
+{
+    snprintf(data_dir, sizeof data_dir, "/tmp/test_client.XXXXXX");
+    if (!mkdtemp(data_dir)) return 1;
+    test_memory_baseline();
+    (void)test_host_memory_returned; /* checked after the group teardown stopped the server */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(dense_matches_oracle),
+        cmocka_unit_test(mixed_codecs_delta_pulls),
+        cmocka_unit_test(straggler_folded_back),
+        cmocka_unit_test(resent_push_counted_once),
+        cmocka_unit_test(errors_carry_exact_status),
+    };
+    int failed = cmocka_run_group_tests(tests, start_server, stop_server);
+    /* The server is gone: everything it and the clients took is back. */
+    if (ga_mem_in_use(GA_MEM_HOST) != test_memory_at_start) {
+        fprintf(stderr, "host memory not returned: %llu bytes\n",
+                (unsigned long long)(ga_mem_in_use(GA_MEM_HOST) - test_memory_at_start));
+        failed++;
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", data_dir);
+    if (system(cmd) != 0) failed++;
+    return failed;
+}
