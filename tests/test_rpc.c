@@ -315,13 +315,13 @@ static int group_setup(void **state)
     return ga_channel_create(target, 2 * SERVER_LIMIT, &ch) == GA_OK ? 0 : -1;
 }
 
-static void set_flag(void *arg) { *(volatile int *)arg = 1; }
+static void set_flag(void *arg) { atomic_store((atomic_int *)arg, 1); }
 
 static void stop_server(ga_rpc_server *s)
 {
-    volatile int done = 0;
-    ga_rpc_server_shutdown(s, set_flag, (void *)&done);
-    for (int i = 0; i < 2000 && !done; i++) sleep_ms(1);
+    atomic_int done = 0;
+    ga_rpc_server_shutdown(s, set_flag, &done);
+    for (int i = 0; i < 2000 && !atomic_load(&done); i++) sleep_ms(1);
     ga_rpc_server_cancel_all(s);
     ga_rpc_server_destroy(s);
 }
@@ -479,11 +479,12 @@ static void test_push_cancelled_aborts(void **state)
     assert_true(wait_counter(&T.aborted, aborted + 1, 5000));
 
     /* A stream whose deadline passes looks the same to the server: aborted. */
-    assert_int_equal(ga_stream_open(ch, GA_METHOD_PUSH, 200, &s), GA_OK);
+    assert_int_equal(ga_stream_open(ch, GA_METHOD_PUSH, 500, &s), GA_OK);
     Gradagg__V1__PushChunk c;
     push_chunk(&c, "w", 0, 4096);
-    assert_int_equal(ga_stream_send(s, &c.base, data, 4096), GA_OK);
-    sleep_ms(400);
+    ga_status rc = ga_stream_send(s, &c.base, data, 4096);
+    assert_true(rc == GA_OK || rc == GA_E_DEADLINE); /* a very slow machine */
+    sleep_ms(700);
     assert_int_equal(ga_stream_recv(s, &gradagg__v1__push_response__descriptor, &m, why, sizeof why),
                      GA_E_DEADLINE);
     ga_stream_destroy(s);
@@ -505,7 +506,7 @@ static void test_push_handler_error(void **state)
         push_chunk(&c, k == 2 ? "bad" : "w", 0, 1024);
         /* Sends after the server finished may fail with the final status. */
         ga_status rc = ga_stream_send(s, &c.base, data, 1024);
-        assert_true(rc == GA_OK || (k > 2 && rc == GA_E_SHAPE));
+        assert_true(rc == GA_OK || (k >= 2 && rc == GA_E_SHAPE));
     }
     ga_status rc = ga_stream_close_send(s);
     assert_true(rc == GA_OK || rc == GA_E_SHAPE);
@@ -627,7 +628,8 @@ static void test_garbage_bytes(void **state)
     ga_stream *s;
     assert_int_equal(ga_stream_open(ch, GA_METHOD_STATUS, DEADLINE_MS, &s), GA_OK);
     assert_int_equal(ga_stream_send_raw(s, junk, sizeof junk), GA_OK);
-    assert_int_equal(ga_stream_close_send(s), GA_OK);
+    ga_status rc = ga_stream_close_send(s); /* the answer may be there first */
+    assert_true(rc == GA_OK || rc == GA_E_PROTO);
     assert_int_equal(ga_stream_recv(s, &gradagg__v1__status_response__descriptor, &m, why, sizeof why), GA_E_PROTO);
     assert_string_equal(why, "malformed gradagg.v1.StatusRequest");
     ga_stream_destroy(s);
@@ -638,8 +640,9 @@ static void test_garbage_bytes(void **state)
     Gradagg__V1__PushChunk c;
     push_chunk(&c, "w", 0, 3);
     assert_int_equal(ga_stream_send(s, &c.base, "abc", 3), GA_OK);
-    assert_int_equal(ga_stream_send_raw(s, junk, sizeof junk), GA_OK);
-    ga_status rc = ga_stream_close_send(s);
+    rc = ga_stream_send_raw(s, junk, sizeof junk);
+    assert_true(rc == GA_OK || rc == GA_E_PROTO);
+    rc = ga_stream_close_send(s);
     assert_true(rc == GA_OK || rc == GA_E_PROTO);
     assert_int_equal(ga_stream_recv(s, &gradagg__v1__push_response__descriptor, &m, why, sizeof why), GA_E_PROTO);
     assert_string_equal(why, "malformed gradagg.v1.PushChunk");
@@ -735,14 +738,14 @@ static void test_shutdown_with_open_watch(void **state)
     assert_non_null(m);
     protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
 
-    volatile int done = 0;
+    atomic_int done = 0;
     double t0 = now_s();
-    ga_rpc_server_shutdown(s2, set_flag, (void *)&done);
+    ga_rpc_server_shutdown(s2, set_flag, &done);
     sleep_ms(300);
-    assert_int_equal(done, 0); /* the open watch holds the shutdown */
+    assert_int_equal(atomic_load(&done), 0); /* the open watch holds the shutdown */
     ga_rpc_server_cancel_all(s2);
-    for (int i = 0; i < 5000 && !done; i++) sleep_ms(1);
-    assert_int_equal(done, 1);
+    for (int i = 0; i < 5000 && !atomic_load(&done); i++) sleep_ms(1);
+    assert_int_equal(atomic_load(&done), 1);
     assert_true(now_s() - t0 < 3.0);
     assert_true(wait_counter(&T.cancels, cancels + 1, 1000));
     ga_status rc = ga_stream_recv(w, &grpc__health__v1__health_check_response__descriptor, &m, why, sizeof why);
