@@ -712,6 +712,50 @@ static void test_port_in_use(void **state)
     protobuf_c_message_free_unpacked(&r->base, &ga_wire_allocator);
 }
 
+static void test_no_server(void **state)
+{
+    (void)state;
+    /* Nothing listens on port 1: the call fails fast, not at its deadline. */
+    ga_channel *c;
+    assert_int_equal(ga_channel_create("127.0.0.1:1", 1u << 20, &c), GA_OK);
+    Gradagg__V1__StatusResponse *r = NULL;
+    char why[256] = "";
+    double t0 = now_s();
+    assert_int_equal(status_call(c, "x", &r, why, sizeof why), GA_E_UNAVAILABLE);
+    assert_true(now_s() - t0 < 3.0);
+    assert_null(r);
+    assert_true(why[0] != '\0');
+    ga_channel_destroy(c);
+}
+
+static void test_shutdown_idle_connection(void **state)
+{
+    (void)state;
+    /* A connected client without calls does not hold the shutdown. */
+    ga_rpc_options opt = GA_RPC_OPTIONS_INIT;
+    ga_rpc_server *s3;
+    int p3;
+    assert_int_equal(ga_rpc_server_start(&opt, &handlers, &s3, &p3), GA_OK);
+    char t3[64];
+    snprintf(t3, sizeof t3, "127.0.0.1:%d", p3);
+    ga_channel *c3;
+    assert_int_equal(ga_channel_create(t3, 1u << 20, &c3), GA_OK);
+    Gradagg__V1__StatusResponse *r = NULL;
+    char why[256];
+    assert_int_equal(status_call(c3, "idle", &r, why, sizeof why), GA_OK);
+    protobuf_c_message_free_unpacked(&r->base, &ga_wire_allocator);
+    atomic_int done = 0;
+    double t0 = now_s();
+    ga_rpc_server_shutdown(s3, set_flag, &done);
+    for (int i = 0; i < 3000 && !atomic_load(&done); i++) sleep_ms(1);
+    assert_int_equal(atomic_load(&done), 1);
+    assert_true(now_s() - t0 < 2.0);
+    /* New calls are refused once it is down. */
+    assert_int_not_equal(status_call(c3, "late", &r, why, sizeof why), GA_OK);
+    ga_rpc_server_destroy(s3);
+    ga_channel_destroy(c3);
+}
+
 static void test_shutdown_with_open_watch(void **state)
 {
     (void)state;
@@ -831,6 +875,8 @@ int main(void)
         cmocka_unit_test(test_garbage_bytes),
         cmocka_unit_test(test_message_over_limit),
         cmocka_unit_test(test_port_in_use),
+        cmocka_unit_test(test_no_server),
+        cmocka_unit_test(test_shutdown_idle_connection),
         cmocka_unit_test(test_shutdown_with_open_watch),
         cmocka_unit_test(test_concurrent_calls),
     };
