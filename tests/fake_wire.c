@@ -1,25 +1,10 @@
-/* Weak stand-ins for test_sdk while their real definitions are not on this branch: the
- * accounted protobuf-c allocator (proto/ga_wire.c) and ga_codec_check_payload (kernels). A real
- * definition, when linked, takes precedence. */
+/* A weak stand-in for test_sdk while the real ga_codec_check_payload (kernels, from the core
+ * branch) is not on this branch: the real definition, when linked, takes precedence. Delete
+ * this file once it is. */
 #include <string.h>
 
 #include "ga_alloc.h"
 #include "ga_codec.h"
-#include "ga_wire.h"
-
-static void *wire_alloc(void *ud, size_t size)
-{
-    (void)ud;
-    return ga_malloc(size);
-}
-
-static void wire_free(void *ud, void *p)
-{
-    (void)ud;
-    ga_free(p);
-}
-
-__attribute__((weak)) ProtobufCAllocator ga_wire_allocator = {wire_alloc, wire_free, NULL};
 
 __attribute__((weak)) ga_status ga_codec_check_payload(ga_codec_id codec, const ga_codec_params *params,
                                                        const void *payload, size_t len, size_t n)
