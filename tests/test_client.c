@@ -257,6 +257,42 @@ static void mixed_codecs_delta_pulls(void **state)
     for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
 }
 
+/* Async: every push is applied on its own; each worker pulls the version its ack named. */
+static void async_commits(void **state)
+{
+    (void)state;
+    enum { W = 2, STEPS = 5 };
+    static worker w[W];
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    t.codec = GA_CODEC_FP16;
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("async", r, W);
+        o.mode = GA_MODE_ASYNC;
+        worker_open(&w[r], &o, &t);
+    }
+    run_all(w, W, 0, STEPS);
+    /* Every commit is applied, once (the last applies may still be queued when the pulls end). */
+    uint64_t steps = 0, version = 0, duplicates = 1;
+    for (int i = 0; i < 500 && steps < W * STEPS; i++) {
+        Gradagg__V1__StatusResponse *s = job_status("async");
+        steps = s->steps;
+        version = s->version;
+        duplicates = s->duplicate_pushes;
+        protobuf_c_message_free_unpacked(&s->base, &ga_wire_allocator);
+        if (steps < W * STEPS) sleep_ms(10);
+    }
+    assert_int_equal(steps, W * STEPS);
+    assert_int_equal(version, W * STEPS);
+    assert_int_equal(duplicates, 0);
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_stats st;
+        ga_client_get_stats(w[r].c, &st);
+        assert_int_equal(st.steps, STEPS);
+        assert_true(ga_client_version(w[r].c) >= STEPS);
+    }
+    for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
+}
+
 /* ---- stragglers and retries ---- */
 
 /* Rank 2 is late for step 1: the step closes at the deadline with ranks 0 and 1, rank 2's push
@@ -406,6 +442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dense_matches_oracle),
         cmocka_unit_test(mixed_codecs_delta_pulls),
+        cmocka_unit_test(async_commits),
         cmocka_unit_test(straggler_folded_back),
         cmocka_unit_test(resent_push_counted_once),
         cmocka_unit_test(errors_carry_exact_status),
