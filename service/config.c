@@ -324,7 +324,8 @@ void ga_config_print_help(FILE *f)
         const row *r = &rows[k];
         char accepted[160];
         describe(r, accepted, sizeof accepted);
-        fprintf(f, "  %-22s %-27s default %s\n      %s\n      accepts %s\n", r->flag, r->env, r->def, r->help, accepted);
+        fprintf(f, "  %-22s %-27s default %s\n      %s\n      accepts %s\n", r->flag, r->env, r->def, r->help,
+                accepted);
     }
 }
 

@@ -198,7 +198,8 @@ static void test_invalid_values_refused(void **state)
         ga_config_action act = (ga_config_action)42;
         char why[512] = "";
         ga_status st = parse(&cfg, &act, envp, c->arg0 ? args : NULL, why, sizeof why);
-        if (st != GA_E_CONFIG) fail_msg("case %zu (%s %s) was accepted", i, c->env ? c->env : "", c->arg0 ? c->arg0 : "");
+        if (st != GA_E_CONFIG)
+            fail_msg("case %zu (%s %s) was accepted", i, c->env ? c->env : "", c->arg0 ? c->arg0 : "");
         for (int k = 0; k < 3 && c->expect[k]; k++)
             if (!strstr(why, c->expect[k])) fail_msg("case %zu: '%s' not in message: %s", i, c->expect[k], why);
         assert_memory_equal(&cfg, &before, sizeof cfg); /* a refused parse changes nothing */
