@@ -1,5 +1,5 @@
-/* Reductions over fp32 vectors, CPU (OpenMP) and CUDA behind one signature, bit-identical on
- * both and for any thread count (a NaN result is NaN on both, but its bit pattern may differ:
+/* Reductions and element-wise arithmetic over fp32 vectors, CPU (OpenMP) and CUDA behind one
+ * signature, bit-identical on both and for any thread count (a NaN result is NaN on both, but its bit pattern may differ:
  * x86 propagates an input's payload, CUDA returns its canonical NaN). On GA_BACKEND_CUDA every
  * float pointer is device memory; the `inputs` array itself is host memory, and the work is
  * queued on ex->cuda_stream (ga_exec_sync waits for it). Buffers are borrowed. Checks: ex NULL,
@@ -32,6 +32,10 @@ ga_status ga_reduce_add(const ga_exec *ex, float *acc, const float *x, size_t n)
 
 /* x[i] = x[i] * s (s finite, else GA_E_NONFINITE). Used for the mean: s = 1/W as a float. */
 ga_status ga_reduce_scale(const ga_exec *ex, float *x, size_t n, float s);
+
+/* out[i] = a[i] - b[i]. out may be a or b; no other overlap. (The store's pull delta:
+ * parameters minus the published copy.) */
+ga_status ga_reduce_sub(const ga_exec *ex, float *out, const float *a, const float *b, size_t n);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@ extern "C" {
 GA_BACKEND_TWINS(ga_reduce_sum, (const ga_exec *ex, const float *const *inputs, int count, size_t n, float *out))
 GA_BACKEND_TWINS(ga_reduce_add, (const ga_exec *ex, float *acc, const float *x, size_t n))
 GA_BACKEND_TWINS(ga_reduce_scale, (const ga_exec *ex, float *x, size_t n, float s))
+GA_BACKEND_TWINS(ga_reduce_sub, (const ga_exec *ex, float *out, const float *a, const float *b, size_t n))
 GA_BACKEND_TWINS(ga_sgd_step, (const ga_exec *ex, const ga_sgd_params *hp, float *param, float *momentum_buf,
                                const float *grad, size_t n))
 GA_BACKEND_TWINS(ga_adam_step, (const ga_exec *ex, const ga_adam_params *hp, uint64_t t, float *param, float *m,

@@ -1,4 +1,4 @@
-/* ga_reduce.h: argument checks and backend dispatch for the three reductions, and their CPU
+/* ga_reduce.h: argument checks and backend dispatch for the reductions, and their CPU
  * side. The sum runs over cache-sized blocks of the output, adding the inputs in rank order a
  * few at a time, so each input is streamed once and the block stays in L1 between passes. */
 #include <math.h>
@@ -22,11 +22,13 @@ typedef struct reduce_impl {
     ga_status (*sum)(const ga_exec *, const float *const *, int, size_t, float *);
     ga_status (*add)(const ga_exec *, float *, const float *, size_t);
     ga_status (*scale)(const ga_exec *, float *, size_t, float);
+    ga_status (*sub)(const ga_exec *, float *, const float *, const float *, size_t);
 } reduce_impl;
 
 static const reduce_impl impls[GA_BACKENDS] = {
-    [GA_BACKEND_CPU] = {ga_reduce_sum_cpu, ga_reduce_add_cpu, ga_reduce_scale_cpu},
-    [GA_BACKEND_CUDA] = {GA_CUDA_TWIN(ga_reduce_sum), GA_CUDA_TWIN(ga_reduce_add), GA_CUDA_TWIN(ga_reduce_scale)},
+    [GA_BACKEND_CPU] = {ga_reduce_sum_cpu, ga_reduce_add_cpu, ga_reduce_scale_cpu, ga_reduce_sub_cpu},
+    [GA_BACKEND_CUDA] = {GA_CUDA_TWIN(ga_reduce_sum), GA_CUDA_TWIN(ga_reduce_add), GA_CUDA_TWIN(ga_reduce_scale),
+                         GA_CUDA_TWIN(ga_reduce_sub)},
 };
 
 /* The implementations for ex's backend, or NULL with *rc saying why there are none. */
@@ -69,6 +71,15 @@ ga_status ga_reduce_scale(const ga_exec *ex, float *x, size_t n, float s)
     return impl->scale(ex, x, n, s);
 }
 
+ga_status ga_reduce_sub(const ga_exec *ex, float *out, const float *a, const float *b, size_t n)
+{
+    if (!ex || (n > 0 && (!out || !a || !b))) return GA_E_INVAL;
+    ga_status rc;
+    const reduce_impl *impl = impl_for(ex, &rc);
+    if (!impl || n == 0) return rc;
+    return impl->sub(ex, out, a, b, n);
+}
+
 /* ---- CPU ---- */
 
 typedef struct reduce_ctx {
@@ -76,6 +87,7 @@ typedef struct reduce_ctx {
     int count;
     float *out;
     const float *x;
+    const float *y;
     float s;
 } reduce_ctx;
 
@@ -107,6 +119,11 @@ static void sum_span(float *out, const float *const *x, int k, size_t n)
     case 3: add3_span(out, x[0], x[1], x[2], n); break;
     default: add4_span(out, x[0], x[1], x[2], x[3], n); break;
     }
+}
+
+GA_CLONES static void sub_span(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = a[i] - b[i];
 }
 
 GA_CLONES static void scale_span(float *x, float s, size_t n)
@@ -151,6 +168,13 @@ static uint32_t scale_tile(void *vctx, size_t lo, size_t hi)
     return 0;
 }
 
+static uint32_t sub_tile(void *vctx, size_t lo, size_t hi)
+{
+    const reduce_ctx *c = vctx;
+    sub_span(c->out + lo, c->x + lo, c->y + lo, hi - lo);
+    return 0;
+}
+
 ga_status ga_reduce_sum_cpu(const ga_exec *ex, const float *const *inputs, int count, size_t n, float *out)
 {
     reduce_ctx c = {.inputs = inputs, .count = count, .out = out};
@@ -169,5 +193,12 @@ ga_status ga_reduce_scale_cpu(const ga_exec *ex, float *x, size_t n, float s)
 {
     reduce_ctx c = {.out = x, .s = s};
     ga_parallel_tiles(ex, n, 8.0, scale_tile, &c);
+    return GA_OK;
+}
+
+ga_status ga_reduce_sub_cpu(const ga_exec *ex, float *out, const float *a, const float *b, size_t n)
+{
+    reduce_ctx c = {.out = out, .x = a, .y = b};
+    ga_parallel_tiles(ex, n, 12.0, sub_tile, &c);
     return GA_OK;
 }

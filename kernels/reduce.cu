@@ -25,6 +25,12 @@ static __global__ void add_kernel(float *acc, const float *x, size_t n)
         acc[i] = acc[i] + x[i];
 }
 
+static __global__ void sub_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = ga_cuda_tid(); i < n; i += ga_cuda_nthreads())
+        out[i] = a[i] - b[i];
+}
+
 static __global__ void scale_kernel(float *x, size_t n, float s)
 {
     for (size_t i = ga_cuda_tid(); i < n; i += ga_cuda_nthreads())
@@ -50,4 +56,10 @@ extern "C" ga_status ga_reduce_scale_cuda(const ga_exec *ex, float *x, size_t n,
 {
     if (n == 0) return GA_OK;
     return ga_cuda_launch(ga_cuda_stream(ex), n, scale_kernel, x, n, s);
+}
+
+extern "C" ga_status ga_reduce_sub_cuda(const ga_exec *ex, float *out, const float *a, const float *b, size_t n)
+{
+    if (n == 0) return GA_OK;
+    return ga_cuda_launch(ga_cuda_stream(ex), n, sub_kernel, out, a, b, n);
 }

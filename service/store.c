@@ -1,1 +1,345 @@
-/* placeholder: not written yet */
+/* The store's life cycle, its tensors and the step's sums (store.h): configuration checks,
+ * buffers on the host or the device, version-0 publications, and accumulating pushed payloads.
+ * Applying a step and publishing it is store_publish.c. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ga_alloc.h"
+#include "ga_codec.h"
+#include "ga_optim.h"
+#include "store_internal.h"
+
+/* Largest block of device zeros kept for clearing (4 MiB); larger clears take several copies. */
+#define ZERO_MAX_ELEMS ((size_t)1 << 20)
+/* Smallest incoming-payload buffer, so a run of tiny chunks does not regrow it every call. */
+#define STAGE_MIN_BYTES ((size_t)64 << 10)
+
+/* ---- memory ---- */
+
+ga_status ga_store_mem_get(ga_store *s, ga_store_mem where, size_t bytes, void **out)
+{
+    void *p = NULL;
+    if (where == GA_STORE_MEM_HOST) {
+        p = ga_malloc(bytes);
+        if (!p) return GA_E_NOMEM;
+    } else if (where == GA_STORE_MEM_PINNED) {
+        GA_CHECK(ga_pinned_malloc(bytes, &p));
+    } else {
+        GA_CHECK(ga_device_malloc(bytes, &p));
+    }
+    s->bytes += bytes;
+    *out = p;
+    return GA_OK;
+}
+
+void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes)
+{
+    if (!p) return;
+    if (where == GA_STORE_MEM_HOST) ga_free(p);
+    else if (where == GA_STORE_MEM_PINNED) ga_pinned_free(p);
+    else ga_device_free(p);
+    s->bytes -= bytes;
+}
+
+ga_status ga_store_zero(ga_store *s, float *dst, size_t n)
+{
+    if (s->compute == GA_STORE_MEM_HOST) {
+        if (n) memset(dst, 0, n * sizeof *dst);
+        return GA_OK;
+    }
+    /* Copies from the zero block: add_tensor sized it for the largest tensor (up to the cap). */
+    for (size_t done = 0; done < n;) {
+        size_t len = n - done < s->zero_elems ? n - done : s->zero_elems;
+        GA_CHECK(ga_device_copy(&s->ex, dst + done, s->zeros, len * sizeof *dst));
+        done += len;
+    }
+    return GA_OK;
+}
+
+size_t ga_store_npieces(const ga_store *s, size_t n)
+{
+    return (n + s->cfg.piece_elems - 1) / s->cfg.piece_elems;
+}
+
+/* A compute buffer of n floats, or *out = NULL when `wanted` is false. */
+static ga_status floats_get(ga_store *s, bool wanted, size_t n, float **out)
+{
+    void *p = NULL;
+    if (wanted) GA_CHECK(ga_store_mem_get(s, s->compute, n * sizeof(float), &p));
+    *out = p;
+    return GA_OK;
+}
+
+static void tensor_free(ga_store *s, ga_store_tensor *t)
+{
+    size_t bytes = t->n * sizeof(float);
+    ga_store_mem_put(s, s->compute, t->params, bytes);
+    ga_store_mem_put(s, s->compute, t->sum, bytes);
+    ga_store_mem_put(s, s->compute, t->state0, bytes);
+    ga_store_mem_put(s, s->compute, t->state1, bytes);
+    ga_store_mem_put(s, s->compute, t->published, bytes);
+    memset(t, 0, sizeof *t);
+}
+
+/* Replaces *buf (capacity *cap) by one of at least `need` bytes; the contents are not kept. */
+static ga_status regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need)
+{
+    if (*buf && *cap >= need) return GA_OK;
+    void *p;
+    GA_CHECK(ga_store_mem_get(s, where, need, &p));
+    ga_store_mem_put(s, where, *buf, *cap);
+    *buf = p;
+    *cap = need;
+    return GA_OK;
+}
+
+/* ---- configuration ---- */
+
+static ga_status check_optim(const ga_store_config *cfg)
+{
+    /* The kernels own the rules: a call with n = 0 checks the hyper-parameters and does nothing.
+     * Adam's t = 1 is its tightest step (later steps only shrink lr / (1 - beta1^t)). */
+    const ga_exec cpu = GA_EXEC_CPU_INIT;
+    switch (cfg->optim) {
+    case GA_OPTIM_NONE: return GA_OK;
+    case GA_OPTIM_SGD: return ga_sgd_step(&cpu, &cfg->sgd, NULL, NULL, NULL, 0);
+    case GA_OPTIM_ADAM: return ga_adam_step(&cpu, &cfg->adam, 1, NULL, NULL, NULL, NULL, 0);
+    }
+    return GA_E_OPTIM;
+}
+
+static ga_status check_config(const ga_store_config *cfg)
+{
+    GA_CHECK(check_optim(cfg));
+    GA_CHECK(ga_codec_params_validate(cfg->pull_codec, &cfg->pull_params));
+    if (cfg->threads < 0 || cfg->piece_elems == 0 || cfg->piece_elems % GA_STORE_PIECE_ALIGN != 0)
+        return GA_E_CONFIG;
+    size_t bytes;
+    if (ga_codec_encoded_size(cfg->pull_codec, &cfg->pull_params, cfg->piece_elems, &bytes) != GA_OK)
+        return GA_E_CONFIG; /* pieces larger than the pull codec can carry */
+    ga_exec ex = {cfg->backend, cfg->threads, GA_SIMD_AUTO, NULL};
+    return ga_exec_usable(&ex);
+}
+
+ga_status ga_store_create(const ga_store_config *cfg, ga_store **out)
+{
+    if (!cfg || !out) return GA_E_INVAL;
+    GA_CHECK(check_config(cfg));
+    ga_store *s = ga_calloc(1, sizeof *s);
+    if (!s) return GA_E_NOMEM;
+    s->cfg = *cfg;
+    s->bytes = sizeof *s;
+    s->ex = (ga_exec){cfg->backend, cfg->threads, GA_SIMD_AUTO, NULL};
+    s->compute = cfg->backend == GA_BACKEND_CUDA ? GA_STORE_MEM_DEVICE : GA_STORE_MEM_HOST;
+    s->staging = cfg->backend == GA_BACKEND_CUDA ? GA_STORE_MEM_PINNED : GA_STORE_MEM_HOST;
+    if (cfg->backend == GA_BACKEND_CUDA) {
+        ga_status rc = ga_cuda_stream_create(&s->ex.cuda_stream);
+        if (rc != GA_OK) {
+            ga_free(s);
+            return rc;
+        }
+    }
+    *out = s;
+    return GA_OK;
+}
+
+void ga_store_destroy(ga_store *s)
+{
+    if (!s) return;
+    (void)ga_exec_sync(&s->ex); /* nothing queued may outlive its buffers */
+    for (uint32_t i = 0; i < s->count; i++) tensor_free(s, &s->tensors[i]);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
+    size_t scratch = s->scratch_elems * sizeof(float);
+    ga_store_mem_put(s, s->compute, s->delta, scratch);
+    ga_store_mem_put(s, s->compute, s->residual, scratch);
+    ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
+    ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
+    ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
+    ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
+    ga_cuda_stream_destroy(s->ex.cuda_stream);
+    ga_free(s);
+}
+
+uint64_t ga_store_bytes(const ga_store *s)
+{
+    return s ? s->bytes : 0;
+}
+
+/* ---- tensors ---- */
+
+/* Room for one more tensor record. */
+static ga_status reserve(ga_store *s)
+{
+    if (s->count < s->cap) return GA_OK;
+    uint32_t cap = s->cap ? (s->cap > UINT32_MAX / 2 ? UINT32_MAX : 2 * s->cap) : 8;
+    void *p;
+    GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, (size_t)cap * sizeof *s->tensors, &p));
+    if (s->count) memcpy(p, s->tensors, s->count * sizeof *s->tensors);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
+    s->tensors = p;
+    s->cap = cap;
+    return GA_OK;
+}
+
+/* Device zeros are made once per size by a copy from zeroed host memory. */
+static ga_status zeros_get(ga_store *s, size_t elems, float **out)
+{
+    void *dev;
+    GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_DEVICE, elems * sizeof(float), &dev));
+    float *host = ga_calloc(elems, sizeof *host);
+    ga_status rc = host ? ga_device_copy(&s->ex, dev, host, elems * sizeof *host) : GA_E_NOMEM;
+    ga_status synced = ga_exec_sync(&s->ex); /* before host goes */
+    ga_free(host);
+    if (rc == GA_OK) rc = synced;
+    if (rc != GA_OK) {
+        ga_store_mem_put(s, GA_STORE_MEM_DEVICE, dev, elems * sizeof(float));
+        return rc;
+    }
+    *out = dev;
+    return GA_OK;
+}
+
+/* Grows the pull scratch and the device zeros for a tensor of n elements: all of it or none. */
+static ga_status grow_scratch(ga_store *s, size_t n)
+{
+    bool deltas = s->cfg.pull_codec != GA_CODEC_NONE;
+    size_t elems = n < s->cfg.piece_elems ? n : s->cfg.piece_elems;
+    size_t zero = s->compute == GA_STORE_MEM_DEVICE ? (n < ZERO_MAX_ELEMS ? n : ZERO_MAX_ELEMS) : 0;
+    bool more_scratch = deltas && elems > s->scratch_elems, more_zeros = zero > s->zero_elems;
+    if (!more_scratch && !more_zeros) return GA_OK;
+
+    float *delta = NULL, *residual = NULL, *zeros = NULL;
+    void *payload = NULL;
+    size_t payload_cap = 0;
+    ga_status rc = GA_OK;
+    if (more_scratch) {
+        GA_CHECK_GOTO(ga_codec_encoded_size(s->cfg.pull_codec, &s->cfg.pull_params, elems, &payload_cap), rc, fail);
+        GA_CHECK_GOTO(floats_get(s, true, elems, &delta), rc, fail);
+        GA_CHECK_GOTO(floats_get(s, ga_codec_has_residual(s->cfg.pull_codec), elems, &residual), rc, fail);
+        GA_CHECK_GOTO(ga_store_mem_get(s, s->compute, payload_cap, &payload), rc, fail);
+    }
+    if (more_zeros) GA_CHECK_GOTO(zeros_get(s, zero, &zeros), rc, fail);
+
+    if (more_scratch) {
+        size_t old = s->scratch_elems * sizeof(float);
+        ga_store_mem_put(s, s->compute, s->delta, old);
+        ga_store_mem_put(s, s->compute, s->residual, old);
+        ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
+        s->delta = delta, s->residual = residual, s->payload = payload;
+        s->scratch_elems = elems, s->payload_cap = payload_cap;
+    }
+    if (more_zeros) {
+        ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->zeros, s->zero_elems * sizeof(float));
+        s->zeros = zeros, s->zero_elems = zero;
+    }
+    return GA_OK;
+
+fail:
+    ga_store_mem_put(s, s->compute, delta, elems * sizeof(float));
+    ga_store_mem_put(s, s->compute, residual, elems * sizeof(float));
+    ga_store_mem_put(s, s->compute, payload, payload_cap);
+    return rc;
+}
+
+/* Fills a new tensor from its version-0 values (host, in full->data): params, the published copy,
+ * and zeroed sum and optimizer state. */
+static ga_status tensor_init(ga_store *s, ga_store_tensor *t, const ga_blob *full)
+{
+    size_t bytes = t->n * sizeof(float);
+    GA_CHECK(ga_device_copy(&s->ex, t->params, full->data, bytes));
+    GA_CHECK(ga_store_zero(s, t->sum, t->n));
+    if (t->state0) GA_CHECK(ga_store_zero(s, t->state0, t->n));
+    if (t->state1) GA_CHECK(ga_store_zero(s, t->state1, t->n));
+    if (t->published) GA_CHECK(ga_device_copy(&s->ex, t->published, t->params, bytes));
+    return GA_OK;
+}
+
+ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t *index, ga_published *out)
+{
+    if (!s || !index || !out) return GA_E_INVAL;
+    if (n > SIZE_MAX / (2 * sizeof(float))) return GA_E_TOO_LARGE;
+    if (s->count == UINT32_MAX) return GA_E_LIMIT;
+
+    const ga_store_config *c = &s->cfg;
+    bool sgd_buf = c->optim == GA_OPTIM_SGD && c->sgd.momentum != 0.0f, adam = c->optim == GA_OPTIM_ADAM;
+    ga_store_tensor t = {.n = n};
+    ga_status rc;
+    ga_blob *full = ga_blob_create(n * sizeof(float));
+    if (!full) return GA_E_NOMEM;
+    if (init) memcpy(full->data, init, n * sizeof(float));
+    else memset(full->data, 0, n * sizeof(float));
+
+    GA_CHECK_GOTO(floats_get(s, true, n, &t.params), rc, fail);
+    GA_CHECK_GOTO(floats_get(s, true, n, &t.sum), rc, fail);
+    GA_CHECK_GOTO(floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
+    GA_CHECK_GOTO(floats_get(s, adam, n, &t.state1), rc, fail);
+    GA_CHECK_GOTO(floats_get(s, c->pull_codec != GA_CODEC_NONE, n, &t.published), rc, fail);
+    /* A failure from here on may leave the record array or the scratch larger (counted in
+     * ga_store_bytes); no tensor, sum or publication changes. */
+    GA_CHECK_GOTO(reserve(s), rc, fail);
+    GA_CHECK_GOTO(grow_scratch(s, n), rc, fail);
+    rc = tensor_init(s, &t, full);
+    ga_status synced = ga_exec_sync(&s->ex);
+    if (rc == GA_OK) rc = synced;
+    if (rc != GA_OK) goto fail;
+
+    s->tensors[s->count] = t;
+    *index = s->count++;
+    memset(out, 0, sizeof *out);
+    out->full = full;
+    out->npieces = ga_store_npieces(s, n);
+    return GA_OK;
+
+fail:
+    tensor_free(s, &t);
+    ga_blob_unref(full);
+    return rc;
+}
+
+/* ---- the step's sums ---- */
+
+ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                              const ga_codec_params *p, const void *payload, size_t len)
+{
+    if (!s) return GA_E_INVAL;
+    if (t >= s->count) return GA_E_UNKNOWN_TENSOR;
+    const ga_store_tensor *tensor = &s->tensors[t];
+    if (offset > tensor->n || count > tensor->n - offset) return GA_E_LENGTH;
+    /* The length is checked before any staging, so a bad chunk cannot make the buffers grow. */
+    size_t most;
+    GA_CHECK(ga_codec_encoded_size(codec, p, count, &most));
+    if (len > most) return GA_E_LENGTH;
+    if (len > 0 && !payload) return GA_E_INVAL;
+    float *sum = tensor->sum + offset;
+
+    if (s->compute == GA_STORE_MEM_HOST) {
+        /* Codecs read payloads as 32-bit words; a protobuf buffer need not be aligned. */
+        if ((uintptr_t)payload % 4 != 0) {
+            GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap,
+                            len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES));
+            memcpy(s->stage, payload, len);
+            payload = s->stage;
+        }
+        return ga_codec_decode_add(&s->ex, codec, p, payload, len, count, sum);
+    }
+
+    /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
+     * between calls, so the buffers can be replaced here. */
+    size_t want = len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES;
+    GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap, want));
+    GA_CHECK(regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
+    if (len) memcpy(s->stage, payload, len);
+    ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
+    if (rc == GA_OK) rc = ga_codec_decode_add(&s->ex, codec, p, s->dev_in, len, count, sum);
+    ga_status synced = ga_exec_sync(&s->ex); /* the staging buffers are reused by the next call */
+    return rc != GA_OK ? rc : synced;
+}
+
+ga_status ga_store_discard(ga_store *s)
+{
+    if (!s) return GA_E_INVAL;
+    ga_status rc = GA_OK;
+    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) rc = ga_store_zero(s, s->tensors[i].sum, s->tensors[i].n);
+    ga_status synced = ga_exec_sync(&s->ex);
+    return rc != GA_OK ? rc : synced;
+}

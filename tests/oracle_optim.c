@@ -63,6 +63,11 @@ void oracle_reduce_scale(float *x, size_t n, float s)
     for (size_t i = 0; i < n; i++) x[i] = x[i] * s;
 }
 
+void oracle_reduce_sub(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = a[i] - b[i];
+}
+
 void oracle_sgd_step(const ga_sgd_params *hp, float *param, float *momentum_buf, const float *grad, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -13,6 +13,8 @@
 void oracle_reduce_sum(const float *const *inputs, int count, size_t n, float *out);
 void oracle_reduce_add(float *acc, const float *x, size_t n);
 void oracle_reduce_scale(float *x, size_t n, float s);
+/* out[i] = a[i] - b[i]; out may be a or b. */
+void oracle_reduce_sub(float *out, const float *a, const float *b, size_t n);
 
 /* Valid hyper-parameters only. */
 void oracle_sgd_step(const ga_sgd_params *hp, float *param, float *momentum_buf, const float *grad, size_t n);

@@ -1,4 +1,4 @@
-/* ga_reduce.h: sum, add and scale match the scalar oracle byte for byte for every length,
+/* ga_reduce.h: sum, add, scale and sub match the scalar oracle byte for byte for every length,
  * input count, thread cap and alignment tried; the sum is in rank order even where the order
  * changes the result; bad calls return their status and change nothing. */
 #include <setjmp.h>
@@ -181,6 +181,37 @@ static void scale_matches_oracle(void **state)
     }
 }
 
+/* Into a separate output and in place into either operand. */
+static void sub_matches_oracle(void **state)
+{
+    (void)state;
+    for (size_t l = 0; l < COUNT(lengths); l++) {
+        size_t n = lengths[l];
+        for (size_t e = 0; e < COUNT(execs); e++) {
+            size_t off = execs[e].offset;
+            ga_exec ex = cpu_exec(execs[e].threads);
+            float *a = alloc_floats(n, off), *b = alloc_floats(n, off), *out = alloc_floats(n, off);
+            float *want = alloc_floats(n, 0);
+            for (int where_out = 0; where_out < 3; where_out++) { /* out, a, b */
+                char where[96];
+                snprintf(where, sizeof where, "n=%zu threads=%d offset=%zu out=%d", n, execs[e].threads, off,
+                         where_out);
+                oracle_fill(a, n, 5, 1.0f);
+                oracle_fill(b, n, 6, 1.0f);
+                /* Equal operands (x - x = +0) and signed zeros ((-0) - (+0) = -0) in the mix. */
+                for (size_t i = 0; i < n; i += 7) b[i] = a[i];
+                for (size_t i = 3; i < n; i += 11) a[i] = -0.0f, b[i] = 0.0f;
+                oracle_reduce_sub(want, a, b, n);
+                float *dst = where_out == 0 ? out : (where_out == 1 ? a : b);
+                if (where_out == 0) memset(out, 0xA5, n * sizeof *out);
+                assert_int_equal(ga_reduce_sub(&ex, dst, a, b, n), GA_OK);
+                expect_same(dst, want, n, where);
+            }
+            free_floats(a, off), free_floats(b, off), free_floats(out, off), free_floats(want, 0);
+        }
+    }
+}
+
 /* ---- errors change nothing ---- */
 
 enum { SMALL = 33 };
@@ -213,6 +244,10 @@ static void invalid_arguments(void **state)
     assert_int_equal(ga_reduce_scale(&ex, out, SMALL, INFINITY), GA_E_NONFINITE);
     assert_int_equal(ga_reduce_scale(&ex, out, SMALL, -INFINITY), GA_E_NONFINITE);
     assert_int_equal(ga_reduce_scale(&ex, out, SMALL, NAN), GA_E_NONFINITE);
+    assert_int_equal(ga_reduce_sub(NULL, out, a, b, SMALL), GA_E_INVAL);
+    assert_int_equal(ga_reduce_sub(&ex, NULL, a, b, SMALL), GA_E_INVAL);
+    assert_int_equal(ga_reduce_sub(&ex, out, NULL, b, SMALL), GA_E_INVAL);
+    assert_int_equal(ga_reduce_sub(&ex, out, a, NULL, SMALL), GA_E_INVAL);
     assert_memory_equal(a, saved[0], sizeof a);
     assert_memory_equal(b, saved[1], sizeof b);
     assert_memory_equal(out, saved[2], sizeof out);
@@ -221,6 +256,7 @@ static void invalid_arguments(void **state)
     assert_int_equal(ga_reduce_sum(&ex, NULL, 3, 0, NULL), GA_OK);
     assert_int_equal(ga_reduce_add(&ex, NULL, NULL, 0), GA_OK);
     assert_int_equal(ga_reduce_scale(&ex, NULL, 0, 0.5f), GA_OK);
+    assert_int_equal(ga_reduce_sub(&ex, NULL, NULL, NULL, 0), GA_OK);
 }
 
 static void backends(void **state)
@@ -236,12 +272,14 @@ static void backends(void **state)
     assert_int_equal(ga_reduce_sum(&unknown, in, 2, SMALL, a), GA_E_BACKEND);
     assert_int_equal(ga_reduce_add(&unknown, a, b, SMALL), GA_E_BACKEND);
     assert_int_equal(ga_reduce_scale(&unknown, a, SMALL, 2.0f), GA_E_BACKEND);
+    assert_int_equal(ga_reduce_sub(&unknown, a, a, b, SMALL), GA_E_BACKEND);
     if (ga_cuda_device_count() == 0) {
         ga_status want = !ga_cuda_built() ? GA_E_NO_CUDA : GA_E_NO_DEVICE;
         ga_exec cuda = GA_EXEC_CUDA_INIT;
         assert_int_equal(ga_reduce_sum(&cuda, in, 2, SMALL, a), want);
         assert_int_equal(ga_reduce_add(&cuda, a, b, SMALL), want);
         assert_int_equal(ga_reduce_scale(&cuda, a, SMALL, 2.0f), want);
+        assert_int_equal(ga_reduce_sub(&cuda, a, a, b, SMALL), want);
     }
     assert_memory_equal(a, saved[0], sizeof a);
     assert_memory_equal(b, saved[1], sizeof b);
@@ -255,6 +293,7 @@ int main(void)
         cmocka_unit_test(sum_is_in_rank_order),
         cmocka_unit_test(add_matches_oracle),
         cmocka_unit_test(scale_matches_oracle),
+        cmocka_unit_test(sub_matches_oracle),
         cmocka_unit_test(invalid_arguments),
         cmocka_unit_test(backends),
     };

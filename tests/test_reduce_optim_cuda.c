@@ -116,6 +116,29 @@ static void reduce_add_scale(void **state)
     }
 }
 
+static void reduce_sub(void **state)
+{
+    (void)state;
+    require_device();
+    for (size_t l = 0; l < COUNT(lengths); l++) {
+        size_t n = lengths[l];
+        float *a = pinned(n), *b = pinned(n), *host_out = pinned(n), *dev_out = pinned(n), *dev_a = pinned(n);
+        char where[64];
+        oracle_fill(a, n, 5, 1.0f);
+        oracle_fill(b, n, 6, 1.0f);
+        for (size_t i = 0; i < n; i += 7) b[i] = a[i];
+        snprintf(where, sizeof where, "sub n=%zu", n);
+        assert_int_equal(ga_reduce_sub(&cpu, host_out, a, b, n), GA_OK);
+        ON_GPU(ga_reduce_sub(&gpu, dev_out, a, b, n));
+        expect_same(dev_out, host_out, n, where);
+        memcpy(dev_a, a, n * sizeof(float)); /* in place into the first operand */
+        ON_GPU(ga_reduce_sub(&gpu, dev_a, dev_a, b, n));
+        expect_same(dev_a, host_out, n, where);
+        ga_pinned_free(a), ga_pinned_free(b), ga_pinned_free(host_out), ga_pinned_free(dev_out);
+        ga_pinned_free(dev_a);
+    }
+}
+
 static void sgd(void **state)
 {
     (void)state;
@@ -210,6 +233,7 @@ int main(void)
         cmocka_unit_test(reduce_sum),
         cmocka_unit_test(reduce_sum_max_inputs),
         cmocka_unit_test(reduce_add_scale),
+        cmocka_unit_test(reduce_sub),
         cmocka_unit_test(sgd),
         cmocka_unit_test(adam),
         cmocka_unit_test(invalid_on_gpu),

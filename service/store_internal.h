@@ -1,0 +1,61 @@
+/* Internal to store.c and store_publish.c: the store's layout and the memory helpers both use.
+ * Every buffer below lives where the backend computes: host memory on the CPU backend, device
+ * memory on the CUDA backend (except where marked), so one sequence of kernel calls serves both. */
+#ifndef GA_STORE_INTERNAL_H
+#define GA_STORE_INTERNAL_H
+
+#include "store.h"
+
+typedef struct ga_store_tensor {
+    size_t n;
+    float *params;
+    float *sum;       /* the open step's sum; zero between steps */
+    float *state0;    /* SGD momentum buffer (momentum != 0), or Adam m; else NULL */
+    float *state1;    /* Adam v; else NULL */
+    float *published; /* what workers hold (pull codec only; fp32 pulls publish params) */
+    uint64_t adam_t;  /* Adam steps taken on this tensor */
+} ga_store_tensor;
+
+/* Where a buffer lives: host (ga_malloc), pinned host, or device. */
+typedef enum ga_store_mem { GA_STORE_MEM_HOST = 0, GA_STORE_MEM_PINNED = 1, GA_STORE_MEM_DEVICE = 2 } ga_store_mem;
+
+struct ga_store {
+    ga_store_config cfg;
+    ga_exec ex;           /* the backend, thread cap and (CUDA) the store's own stream */
+    ga_store_mem compute; /* GA_STORE_MEM_HOST (CPU) or GA_STORE_MEM_DEVICE (CUDA) */
+    ga_store_mem staging; /* of `stage`: GA_STORE_MEM_HOST (CPU) or GA_STORE_MEM_PINNED (CUDA) */
+    ga_store_tensor *tensors;
+    uint32_t count, cap;
+    uint64_t version; /* publications since version 0, i.e. applies */
+    uint64_t bytes;   /* everything held, host and device (ga_store_bytes) */
+
+    /* Pull-delta scratch, sized for the largest piece of any tensor so far (pull codec only). */
+    float *delta;    /* params - published of one piece */
+    float *residual; /* the encoder's residual, zeroed for every piece */
+    size_t scratch_elems;
+    void *payload;   /* one encoded piece (4-byte aligned, as the codecs need) */
+    size_t payload_cap;
+
+    /* CUDA: a block of device zeros that clears sums and residuals by copies (no memset kernel),
+     * sized min(largest tensor, ZERO_MAX_ELEMS). */
+    float *zeros;
+    size_t zero_elems;
+
+    /* Incoming payloads: CPU, an aligned copy of an unaligned payload; CUDA, the pinned staging
+     * buffer and its device copy. Grown as needed, never shrunk. */
+    void *stage;
+    size_t stage_cap;
+    void *dev_in;
+    size_t dev_in_cap;
+};
+
+/* Allocates bytes in `where` and counts them in s->bytes. GA_E_NOMEM (or the device's error). */
+ga_status ga_store_mem_get(ga_store *s, ga_store_mem where, size_t bytes, void **out);
+/* Frees what ga_store_mem_get returned (NULL is a no-op) and uncounts its bytes. */
+void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes);
+/* dst[0..n) = +0 in compute memory (queued on the store's stream on CUDA). */
+ga_status ga_store_zero(ga_store *s, float *dst, size_t n);
+/* Pieces of a tensor of n elements. */
+size_t ga_store_npieces(const ga_store *s, size_t n);
+
+#endif

@@ -1,0 +1,153 @@
+/* Closing a step (store.h ga_store_apply): mean, optimizer, cleared sums, and the publication of
+ * every tensor, as fp32 values or as a compressed delta with server-side error feedback.
+ * One sequence of kernel calls for both backends, so the CPU and CUDA stores publish the same
+ * bytes (each kernel is bit-identical across backends). */
+#include <string.h>
+
+#include "ga_alloc.h"
+#include "ga_codec.h"
+#include "ga_optim.h"
+#include "ga_reduce.h"
+#include "store_internal.h"
+
+void ga_published_clear(ga_published *p)
+{
+    if (!p) return;
+    ga_blob_unref(p->full);
+    ga_blob_unref(p->delta);
+    ga_free(p->delta_off);
+    memset(p, 0, sizeof *p);
+}
+
+/* Allocates the blobs of one tensor's next publication before any math runs, so a failure
+ * to allocate changes nothing. The delta blob is sized for the largest payload of each piece
+ * (exact for fixed-size codecs; top-k payloads are usually shorter, see publish_delta). */
+static ga_status publication_alloc(const ga_store *s, const ga_store_tensor *t, ga_published *pub)
+{
+    size_t npieces = ga_store_npieces(s, t->n), pe = s->cfg.piece_elems, most = 0;
+    memset(pub, 0, sizeof *pub);
+    pub->npieces = npieces;
+    if (s->cfg.pull_codec != GA_CODEC_NONE) {
+        for (size_t i = 0; i < npieces; i++) {
+            size_t len = t->n - i * pe < pe ? t->n - i * pe : pe, bytes;
+            GA_CHECK(ga_codec_encoded_size(s->cfg.pull_codec, &s->cfg.pull_params, len, &bytes));
+            most += bytes;
+        }
+        pub->delta_off = ga_malloc((npieces + 1) * sizeof *pub->delta_off);
+        pub->delta = ga_blob_create(most);
+        if (!pub->delta_off || !pub->delta) goto nomem;
+    }
+    pub->full = ga_blob_create(t->n * sizeof(float));
+    if (!pub->full) goto nomem;
+    return GA_OK;
+nomem:
+    ga_published_clear(pub);
+    return GA_E_NOMEM;
+}
+
+/* sum -> mean -> optimizer -> params; then the sum is cleared for the next step. */
+static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale)
+{
+    const ga_store_config *c = &s->cfg;
+    if (scale != 1.0f) GA_CHECK(ga_reduce_scale(&s->ex, t->sum, t->n, scale));
+    switch (c->optim) {
+    case GA_OPTIM_NONE: GA_CHECK(ga_reduce_add(&s->ex, t->params, t->sum, t->n)); break;
+    case GA_OPTIM_SGD: GA_CHECK(ga_sgd_step(&s->ex, &c->sgd, t->params, t->state0, t->sum, t->n)); break;
+    case GA_OPTIM_ADAM:
+        GA_CHECK(ga_adam_step(&s->ex, &c->adam, t->adam_t + 1, t->params, t->state0, t->state1, t->sum, t->n));
+        t->adam_t++;
+        break;
+    }
+    return ga_store_zero(s, t->sum, t->n);
+}
+
+/* Why a delta cannot be sent: the parameters (or the published copy) are no longer finite, or a
+ * value overflows the codec's wire type (fp16/bf16). Not an error: that version goes out as
+ * fp32 only, and the published copy restarts from the parameters. */
+static bool delta_unsendable(ga_status rc)
+{
+    return rc == GA_E_NONFINITE || rc == GA_E_RANGE;
+}
+
+/* Encodes params - published piece by piece into pub->delta and advances published by exactly
+ * the decoded payload, which is what every worker adds. The residual starts at zero for each
+ * piece, so a payload is quantize(params - published): what it leaves out stays in that
+ * difference and is sent in a later version (server-side error feedback). Payloads are packed
+ * back to back (top-k lengths vary, so a piece may start at any byte); each is encoded into the
+ * aligned scratch, decoded from there, then copied into the blob. */
+static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pub)
+{
+    ga_codec_id codec = s->cfg.pull_codec;
+    ga_codec_params p = s->cfg.pull_params;
+    /* A different top-k sample every version (DGC): version v encodes with pull_params.seed + v.
+     * Decoding does not read the seed, so a chunk may carry the configured one. */
+    p.seed = s->cfg.pull_params.seed + s->version;
+    float *residual = ga_codec_has_residual(codec) ? s->residual : NULL;
+    size_t pe = s->cfg.piece_elems, off = 0;
+    pub->delta_off[0] = 0;
+    for (size_t i = 0; i < pub->npieces; i++) {
+        size_t lo = i * pe, len = t->n - lo < pe ? t->n - lo : pe, plen = 0;
+        GA_CHECK(ga_reduce_sub(&s->ex, s->delta, t->params + lo, t->published + lo, len));
+        if (residual) GA_CHECK(ga_store_zero(s, residual, len));
+        ga_status rc = ga_codec_encode(&s->ex, codec, &p, s->delta, residual, len, s->payload, s->payload_cap, &plen);
+        if (delta_unsendable(rc)) {
+            GA_CHECK(ga_exec_sync(&s->ex)); /* no copy into the blob may still be queued */
+            ga_blob_unref(pub->delta);
+            ga_free(pub->delta_off);
+            pub->delta = NULL, pub->delta_off = NULL;
+            return ga_device_copy(&s->ex, t->published, t->params, t->n * sizeof(float));
+        }
+        GA_CHECK(rc);
+        GA_CHECK(ga_codec_decode_add(&s->ex, codec, &p, s->payload, plen, len, t->published + lo));
+        GA_CHECK(ga_device_copy(&s->ex, pub->delta->data + off, s->payload, plen));
+        off += plen;
+        pub->delta_off[i + 1] = off;
+    }
+    /* The blob was sized for the longest payloads; it reports the bytes actually written. */
+    pub->delta->size = off;
+    return GA_OK;
+}
+
+static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *pub)
+{
+    const float *src = t->params;
+    if (s->cfg.pull_codec != GA_CODEC_NONE) {
+        GA_CHECK(publish_delta(s, t, pub));
+        src = t->published;
+    }
+    return ga_device_copy(&s->ex, pub->full->data, src, t->n * sizeof(float));
+}
+
+/* The mean's scale is computed once as (float)(1.0 / contributors): the double quotient rounded
+ * once to float, the same on both backends and the value a client can reproduce. The sum is
+ * then multiplied by it (ga_reduce_scale), not divided, so the mean of 3 contributions is
+ * sum * 0x1.555556p-2f. One contributor skips the scale (x * 1 = x). Parameters that become
+ * Inf or NaN (a diverging run, a huge learning rate) are a legitimate float outcome: they are
+ * published as they are (fp32; a delta cannot carry them, see delta_unsendable) and not
+ * refused. A kernel failure mid-way (only a device error can do that: every argument was
+ * checked) leaves the step partly applied and publishes nothing. */
+ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out)
+{
+    if (!s || contributors == 0 || (!out && s->count > 0)) return GA_E_INVAL;
+    float scale = s->cfg.mean && contributors > 1 ? (float)(1.0 / contributors) : 1.0f;
+    ga_published *pubs = ga_calloc(s->count ? s->count : 1, sizeof *pubs);
+    if (!pubs) return GA_E_NOMEM;
+    ga_status rc = GA_OK;
+    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) rc = publication_alloc(s, &s->tensors[i], &pubs[i]);
+    if (rc != GA_OK) goto done;
+
+    s->version++; /* the version being published (the top-k seed reads it) */
+    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) {
+        rc = step_tensor(s, &s->tensors[i], scale);
+        if (rc == GA_OK) rc = publish_tensor(s, &s->tensors[i], &pubs[i]);
+    }
+    ga_status synced = ga_exec_sync(&s->ex); /* the blobs are read by other threads once returned */
+    if (rc == GA_OK) rc = synced;
+    if (rc == GA_OK && s->count) memcpy(out, pubs, s->count * sizeof *pubs);
+
+done:
+    if (rc != GA_OK)
+        for (uint32_t i = 0; i < s->count; i++) ga_published_clear(&pubs[i]);
+    ga_free(pubs);
+    return rc;
+}

@@ -1,0 +1,695 @@
+/* service/store: every scenario (store_scenario.c) against an independent scalar model of the
+ * store built from the oracles (oracle.c, oracle_topk.c, oracle_optim.c): published fp32 values,
+ * delta payloads and offsets byte for byte, and a simulated worker that starts from version 0
+ * and applies every delta holds exactly the published values after every step. Bad chunks
+ * change nothing; configuration errors; non-finite parameters; memory accounting. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test_memory.h"
+
+#include "ga_alloc.h"
+#include "oracle.h"
+#include "oracle_optim.h"
+#include "oracle_topk.h"
+#include "store.h"
+#include "store_scenario.h"
+
+/* ---- the model: one plain loop per rule of store.h ---- */
+
+typedef struct model_tensor {
+    size_t n;
+    float *params, *sum, *m0, *m1, *published;
+    uint64_t t;
+} model_tensor;
+
+typedef struct model {
+    ga_store_config cfg;
+    model_tensor tensors[SCENARIO_MAX_TENSORS + 1];
+    uint32_t count;
+    uint64_t version;
+} model;
+
+/* What the model publishes for one tensor. */
+typedef struct model_pub {
+    float *full;
+    uint8_t *delta; /* NULL: no delta this version */
+    size_t *off;
+    size_t npieces;
+} model_pub;
+
+static float *floats0(size_t n)
+{
+    float *x = ga_calloc(n ? n : 1, sizeof *x);
+    assert_non_null(x);
+    return x;
+}
+
+static void model_add(model *m, size_t n, const float *init)
+{
+    model_tensor *t = &m->tensors[m->count++];
+    t->n = n;
+    t->params = floats0(n), t->sum = floats0(n), t->m0 = floats0(n), t->m1 = floats0(n);
+    t->published = floats0(n);
+    if (init) memcpy(t->params, init, n * sizeof *init);
+    memcpy(t->published, t->params, n * sizeof *init);
+}
+
+static void model_free(model *m)
+{
+    for (uint32_t i = 0; i < m->count; i++) {
+        model_tensor *t = &m->tensors[i];
+        ga_free(t->params), ga_free(t->sum), ga_free(t->m0), ga_free(t->m1), ga_free(t->published);
+    }
+}
+
+static void model_accumulate(model *m, const chunk *c)
+{
+    model_tensor *t = &m->tensors[c->tensor];
+    int rc = c->codec == GA_CODEC_TOPK
+                 ? oracle_topk_decode_add(&c->params, c->payload, c->len, c->count, t->sum + c->offset)
+                 : oracle_decode_add(c->codec, c->params.threshold, c->payload, c->len, c->count, t->sum + c->offset);
+    assert_int_equal(rc, GA_OK);
+}
+
+/* Encodes one piece's delta as the pull codec must; GA_OK, GA_E_NONFINITE or GA_E_RANGE. */
+static int model_encode(const model *m, const float *delta, size_t n, uint8_t *out, size_t *len)
+{
+    ga_codec_params p = m->cfg.pull_params;
+    p.seed += m->version; /* store.h: the top-k seed of version v is pull_params.seed + v */
+    float *r = floats0(n);
+    int rc;
+    if (m->cfg.pull_codec == GA_CODEC_TOPK) {
+        rc = oracle_topk_encode(&p, delta, r, n, out, len);
+    } else {
+        rc = oracle_encode(m->cfg.pull_codec, p.threshold, delta, r, n, out);
+        *len = oracle_encoded_size(m->cfg.pull_codec, n);
+    }
+    ga_free(r);
+    return rc;
+}
+
+static void model_decode_add(const model *m, const uint8_t *payload, size_t len, size_t n, float *sum)
+{
+    ga_codec_params p = m->cfg.pull_params;
+    int rc = m->cfg.pull_codec == GA_CODEC_TOPK
+                 ? oracle_topk_decode_add(&p, payload, len, n, sum)
+                 : oracle_decode_add(m->cfg.pull_codec, p.threshold, payload, len, n, sum);
+    assert_int_equal(rc, GA_OK);
+}
+
+static void model_publish(model *m, model_tensor *t, model_pub *pub)
+{
+    size_t pe = m->cfg.piece_elems;
+    pub->npieces = (t->n + pe - 1) / pe;
+    pub->full = floats0(t->n);
+    if (m->cfg.pull_codec == GA_CODEC_NONE) {
+        memcpy(pub->full, t->params, t->n * sizeof(float));
+        return;
+    }
+    size_t most;
+    assert_int_equal(ga_codec_encoded_size(m->cfg.pull_codec, &m->cfg.pull_params, pe, &most), GA_OK);
+    pub->delta = ga_malloc(pub->npieces * most + 1);
+    pub->off = ga_malloc((pub->npieces + 1) * sizeof *pub->off);
+    float *delta = floats0(pe);
+    pub->off[0] = 0;
+    for (size_t i = 0; i < pub->npieces; i++) {
+        size_t lo = i * pe, len = t->n - lo < pe ? t->n - lo : pe, plen;
+        oracle_reduce_sub(delta, t->params + lo, t->published + lo, len);
+        int rc = model_encode(m, delta, len, pub->delta + pub->off[i], &plen);
+        if (rc == GA_E_NONFINITE || rc == GA_E_RANGE) { /* this version goes out as fp32 only */
+            ga_free(pub->delta), ga_free(pub->off);
+            pub->delta = NULL, pub->off = NULL;
+            memcpy(t->published, t->params, t->n * sizeof(float));
+            break;
+        }
+        assert_int_equal(rc, GA_OK);
+        model_decode_add(m, pub->delta + pub->off[i], plen, len, t->published + lo);
+        pub->off[i + 1] = pub->off[i] + plen;
+    }
+    ga_free(delta);
+    memcpy(pub->full, t->published, t->n * sizeof(float));
+}
+
+static void model_apply(model *m, uint32_t contributors, model_pub *pubs)
+{
+    m->version++;
+    for (uint32_t i = 0; i < m->count; i++) {
+        model_tensor *t = &m->tensors[i];
+        if (m->cfg.mean) oracle_reduce_scale(t->sum, t->n, (float)(1.0 / contributors));
+        switch (m->cfg.optim) {
+        case GA_OPTIM_NONE: oracle_reduce_add(t->params, t->sum, t->n); break;
+        case GA_OPTIM_SGD: oracle_sgd_step(&m->cfg.sgd, t->params, t->m0, t->sum, t->n); break;
+        case GA_OPTIM_ADAM: oracle_adam_step(&m->cfg.adam, ++t->t, t->params, t->m0, t->m1, t->sum, t->n); break;
+        }
+        memset(t->sum, 0, t->n * sizeof(float));
+        model_publish(m, t, &pubs[i]);
+    }
+}
+
+static void model_pub_free(model_pub *p)
+{
+    ga_free(p->full), ga_free(p->delta), ga_free(p->off);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- the simulated worker ---- */
+
+/* Applies one publication to a worker's copy: the delta piece by piece through the library's
+ * decode (from an aligned copy: pieces start at any byte), or the full values. */
+static void worker_apply(const ga_store_config *cfg, float *w, size_t n, const ga_published *pub)
+{
+    if (!pub->delta) {
+        memcpy(w, pub->full->data, n * sizeof(float));
+        return;
+    }
+    const ga_exec cpu = GA_EXEC_CPU_INIT;
+    size_t pe = cfg->piece_elems;
+    uint8_t *aligned = ga_malloc(pub->delta->size + 1);
+    assert_non_null(aligned);
+    assert_int_equal(pub->delta_off[0], 0);
+    for (size_t i = 0; i < pub->npieces; i++) {
+        size_t lo = i * pe, len = n - lo < pe ? n - lo : pe, plen = pub->delta_off[i + 1] - pub->delta_off[i];
+        memcpy(aligned, pub->delta->data + pub->delta_off[i], plen);
+        assert_int_equal(ga_codec_decode_add(&cpu, cfg->pull_codec, &cfg->pull_params, aligned, plen, len, w + lo),
+                         GA_OK);
+    }
+    assert_int_equal(pub->delta_off[pub->npieces], pub->delta->size);
+    ga_free(aligned);
+}
+
+/* ---- comparing ---- */
+
+static void expect_floats(const void *got, const float *want, size_t n, const char *what, const char *name,
+                          int step, uint32_t t)
+{
+    size_t i = oracle_first_mismatch(got, want, n);
+    if (i < n) {
+        float g;
+        memcpy(&g, (const uint8_t *)got + i * sizeof g, sizeof g);
+        fail_msg("%s: step %d tensor %u: %s element %zu of %zu is %a, want %a", name, step, t, what, i, n, g, want[i]);
+    }
+}
+
+static void expect_pub(const ga_published *got, const model_pub *want, size_t n, const char *name, int step, uint32_t t)
+{
+    assert_non_null(got->full);
+    assert_int_equal(got->full->size, n * sizeof(float));
+    expect_floats(got->full->data, want->full, n, "full", name, step, t);
+    assert_int_equal(got->npieces, want->npieces);
+    if (!want->delta) {
+        if (got->delta) fail_msg("%s: step %d tensor %u: a delta where none can be sent", name, step, t);
+        assert_null(got->delta_off);
+        return;
+    }
+    if (!got->delta) fail_msg("%s: step %d tensor %u: no delta", name, step, t);
+    assert_memory_equal(got->delta_off, want->off, (want->npieces + 1) * sizeof *want->off);
+    assert_int_equal(got->delta->size, want->off[want->npieces]);
+    if (got->delta->size && memcmp(got->delta->data, want->delta, got->delta->size) != 0)
+        fail_msg("%s: step %d tensor %u: delta bytes differ", name, step, t);
+}
+
+/* ---- scenarios ---- */
+
+static void push_all(ga_store *s, model *m, int step, uint32_t contributors, const scenario *sc)
+{
+    for (uint32_t w = 0; w < contributors; w++) { /* rank order, as the core adds them */
+        for (uint32_t t = 0; t < sc->ntensors; t++) {
+            chunk *c;
+            size_t count = scenario_chunks(step, (int)w, t, sc->sizes[t], &c);
+            for (size_t k = 0; k < count; k++) {
+                assert_int_equal(ga_store_accumulate(s, t, c[k].offset, c[k].count, c[k].codec, &c[k].params,
+                                                     c[k].payload, c[k].len),
+                                 GA_OK);
+                if (m) model_accumulate(m, &c[k]);
+            }
+            chunks_free(c, count);
+        }
+    }
+}
+
+static void run_scenario(const scenario *sc)
+{
+    ga_store *s;
+    model m = {.cfg = sc->cfg};
+    float *workers[SCENARIO_MAX_TENSORS];
+    assert_int_equal(ga_store_create(&sc->cfg, &s), GA_OK);
+    for (uint32_t t = 0; t < sc->ntensors; t++) {
+        size_t n = sc->sizes[t];
+        float *init = floats0(n);
+        scenario_init(t, n, init);
+        uint32_t index = 99;
+        ga_published pub;
+        assert_int_equal(ga_store_add_tensor(s, n, scenario_init_is_null(t) ? NULL : init, &index, &pub), GA_OK);
+        assert_int_equal(index, t);
+        assert_null(pub.delta);
+        model_add(&m, n, init);
+        expect_floats(pub.full->data, init, n, "version 0", sc->name, 0, t);
+        workers[t] = floats0(n);
+        memcpy(workers[t], pub.full->data, n * sizeof(float));
+        ga_published_clear(&pub);
+        assert_null(pub.full);
+        ga_free(init);
+    }
+    for (int step = 1; step <= SCENARIO_STEPS; step++) {
+        uint32_t contributors = scenario_contributors(step);
+        push_all(s, &m, step, contributors, sc);
+        ga_published pubs[SCENARIO_MAX_TENSORS];
+        model_pub want[SCENARIO_MAX_TENSORS] = {0};
+        assert_int_equal(ga_store_apply(s, contributors, pubs), GA_OK);
+        model_apply(&m, contributors, want);
+        for (uint32_t t = 0; t < sc->ntensors; t++) {
+            size_t n = sc->sizes[t];
+            expect_pub(&pubs[t], &want[t], n, sc->name, step, t);
+            worker_apply(&sc->cfg, workers[t], n, &pubs[t]);
+            expect_floats(pubs[t].full->data, workers[t], n, "worker", sc->name, step, t);
+            ga_published_clear(&pubs[t]);
+            model_pub_free(&want[t]);
+        }
+    }
+    for (uint32_t t = 0; t < sc->ntensors; t++) ga_free(workers[t]);
+    ga_store_destroy(s);
+    model_free(&m);
+}
+
+static void scenarios_match_model(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < nscenarios; i++) run_scenario(&scenarios[i]);
+}
+
+/* The compressed pulls must really compress and really carry error feedback: the published
+ * copy trails the parameters (so some delta was held back) yet the workers agree with it. */
+static void compressed_pulls_hold_back(void **state)
+{
+    (void)state;
+    const scenario *sc = &scenarios[3]; /* adamw, 2bit pulls */
+    assert_int_equal(sc->cfg.pull_codec, GA_CODEC_2BIT);
+    ga_store *s;
+    model m = {.cfg = sc->cfg};
+    assert_int_equal(ga_store_create(&sc->cfg, &s), GA_OK);
+    size_t n = sc->sizes[2];
+    float *init = floats0(n);
+    scenario_init(2, n, init);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, n, init, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    model_add(&m, n, init);
+    chunk *c;
+    size_t count = scenario_chunks(1, 0, 2, n, &c);
+    for (size_t k = 0; k < count; k++) {
+        c[k].tensor = 0; /* the scenario's tensor 2 is this store's only tensor */
+        assert_int_equal(ga_store_accumulate(s, 0, c[k].offset, c[k].count, c[k].codec, &c[k].params, c[k].payload,
+                                             c[k].len),
+                         GA_OK);
+        model_accumulate(&m, &c[k]);
+    }
+    chunks_free(c, count);
+    model_pub want = {0};
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    model_apply(&m, 1, &want);
+    expect_pub(&pub, &want, n, "hold back", 1, 0);
+    assert_int_equal(pub.delta->size, 4 * ((n + 15) / 16)); /* 2 bits per element */
+    size_t held = 0;
+    for (size_t i = 0; i < n; i++) held += m.tensors[0].params[i] != m.tensors[0].published[i];
+    assert_true(held > n / 4);
+    ga_published_clear(&pub);
+    model_pub_free(&want);
+    ga_free(init);
+    ga_store_destroy(s);
+    model_free(&m);
+}
+
+/* ---- bad input changes nothing ---- */
+
+static ga_store_config plain_config(void)
+{
+    ga_store_config cfg = {.backend = GA_BACKEND_CPU, .optim = GA_OPTIM_NONE, .piece_elems = 1024};
+    return cfg;
+}
+
+static void bad_accumulate_changes_nothing(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    ga_store_config cfg = plain_config();
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    float init[N], want[N], good[N];
+    scenario_fill(init, N, 7, 1.0f);
+    scenario_fill(good, N, 8, 1.0f);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, init, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    ga_codec_params twobit = ga_codec_params_default(GA_CODEC_2BIT), topk = ga_codec_params_default(GA_CODEC_TOPK);
+    topk.ratio = 0.5f;
+
+    /* One good chunk over the whole tensor, then bad ones. */
+    assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, good, sizeof good), GA_OK);
+    uint32_t aligned_words[N + 1];
+    float *buf = (float *)aligned_words;
+    memcpy(buf, good, sizeof good);
+    assert_int_equal(ga_store_accumulate(s, 0, 1, N, GA_CODEC_NONE, &none, buf, N * 4), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 0, N + 1, 0, GA_CODEC_NONE, &none, buf, 0), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 0, SIZE_MAX, 2, GA_CODEC_NONE, &none, buf, 8), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 0, 2, SIZE_MAX, GA_CODEC_NONE, &none, buf, 8), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 1, 0, 10, GA_CODEC_NONE, &none, buf, 40), GA_E_UNKNOWN_TENSOR);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_NONE, &none, buf, 36), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_NONE, &none, buf, 1u << 30), GA_E_LENGTH);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_NONE, &none, NULL, 40), GA_E_INVAL);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_NONE, NULL, buf, 40), GA_E_INVAL);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, (ga_codec_id)77, &none, buf, 40), GA_E_CODEC);
+    twobit.threshold = 0.0f;
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 16, GA_CODEC_2BIT, &twobit, buf, 4), GA_E_THRESHOLD);
+    /* A NaN at the end of a valid-looking payload: the decode refuses it before adding. */
+    buf[99] = NAN;
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 100, GA_CODEC_NONE, &none, buf, 400), GA_E_NONFINITE);
+    /* The same through the unaligned path. */
+    uint8_t *odd = (uint8_t *)aligned_words + 1;
+    memmove(odd, buf, 400);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 100, GA_CODEC_NONE, &none, odd, 400), GA_E_NONFINITE);
+    /* Top-k: an index past the chunk. */
+    uint32_t tk[1 + 2 + 2] = {2};
+    float v = 1.0f;
+    memcpy(&tk[1], &v, 4), memcpy(&tk[2], &v, 4);
+    tk[3] = 3, tk[4] = 10;
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_TOPK, &topk, tk, sizeof tk), GA_E_INDEX_RANGE);
+    tk[3] = 5, tk[4] = 4;
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 10, GA_CODEC_TOPK, &topk, tk, sizeof tk), GA_E_INDEX_ORDER);
+    /* A good one that lands near the end, through the unaligned path. */
+    tk[3] = 0, tk[4] = 9;
+    memmove(odd, tk, sizeof tk);
+    assert_int_equal(ga_store_accumulate(s, 0, N - 10, 10, GA_CODEC_TOPK, &topk, odd, sizeof tk), GA_OK);
+
+    float sum[N];
+    memcpy(sum, good, sizeof good);
+    sum[N - 10] += 1.0f, sum[N - 1] += 1.0f;
+    memcpy(want, init, sizeof init);
+    oracle_reduce_add(want, sum, N);
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    expect_floats(pub.full->data, want, N, "full", "bad input", 1, 0);
+    ga_published_clear(&pub);
+    ga_store_destroy(s);
+}
+
+/* Discard drops what was accumulated; the next step starts from zero sums. */
+static void discard_drops_the_step(void **state)
+{
+    (void)state;
+    enum { N = 2500 };
+    ga_store_config cfg = plain_config();
+    cfg.optim = GA_OPTIM_SGD;
+    cfg.sgd = (ga_sgd_params){.lr = 0.5f, .momentum = 0.9f};
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    float init[N], g1[N], g2[N], want[N], buf[N] = {0};
+    scenario_fill(init, N, 1, 1.0f), scenario_fill(g1, N, 2, 1.0f), scenario_fill(g2, N, 3, 1.0f);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, init, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g1, sizeof g1), GA_OK);
+    assert_int_equal(ga_store_discard(s), GA_OK);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g2, sizeof g2), GA_OK);
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    memcpy(want, init, sizeof init);
+    oracle_sgd_step(&cfg.sgd, want, buf, g2, N);
+    expect_floats(pub.full->data, want, N, "full", "discard", 1, 0);
+    ga_published_clear(&pub);
+    /* An apply with nothing pushed: the sum is zero, momentum still moves the parameters. */
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    memset(g1, 0, sizeof g1);
+    oracle_sgd_step(&cfg.sgd, want, buf, g1, N);
+    expect_floats(pub.full->data, want, N, "full", "discard", 2, 0);
+    ga_published_clear(&pub);
+    assert_int_equal(ga_store_apply(s, 0, &pub), GA_E_INVAL);
+    assert_int_equal(ga_store_apply(NULL, 1, &pub), GA_E_INVAL);
+    assert_int_equal(ga_store_apply(s, 1, NULL), GA_E_INVAL);
+    assert_int_equal(ga_store_discard(NULL), GA_E_INVAL);
+    ga_store_destroy(s);
+}
+
+/* ---- configuration ---- */
+
+static void config_errors(void **state)
+{
+    (void)state;
+    ga_store *s = NULL;
+    ga_store_config cfg = plain_config();
+    assert_int_equal(ga_store_create(NULL, &s), GA_E_INVAL);
+    assert_int_equal(ga_store_create(&cfg, NULL), GA_E_INVAL);
+
+    ga_store_config bad = cfg;
+    bad.optim = GA_OPTIM_SGD, bad.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 1.0f};
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad.sgd = (ga_sgd_params){.lr = 0.1f, .nesterov = true}; /* nesterov needs momentum */
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad.sgd = (ga_sgd_params){.lr = -1.0f};
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad = cfg;
+    bad.optim = GA_OPTIM_ADAM, bad.adam = (ga_adam_params){.lr = 1e-3f, .beta1 = 1.0f, .beta2 = 0.999f, .eps = 1e-8f};
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad.adam.beta1 = 0.9f, bad.adam.eps = 0.0f;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad.adam.eps = 1e-8f, bad.adam.lr = 3e38f; /* step_size overflows at t = 1 */
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+    bad = cfg;
+    bad.optim = (ga_optim_kind)9;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
+
+    bad = cfg;
+    bad.pull_codec = GA_CODEC_2BIT, bad.pull_params.threshold = 0.0f;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_THRESHOLD);
+    bad.pull_codec = GA_CODEC_TOPK, bad.pull_params = ga_codec_params_default(GA_CODEC_TOPK);
+    bad.pull_params.ratio = 0.0f;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_RATIO);
+    bad.pull_codec = (ga_codec_id)42;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CODEC);
+
+    bad = cfg;
+    bad.piece_elems = 0;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad.piece_elems = 1000;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad.piece_elems = 1024, bad.threads = -1;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad = cfg;
+    bad.pull_codec = GA_CODEC_TOPK, bad.pull_params = ga_codec_params_default(GA_CODEC_TOPK);
+    bad.piece_elems = (size_t)1 << 33; /* more than top-k's 32-bit indices */
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+
+    bad = cfg;
+    bad.backend = (ga_backend)5;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_BACKEND);
+    if (ga_cuda_device_count() == 0) {
+        bad.backend = GA_BACKEND_CUDA;
+        assert_int_equal(ga_store_create(&bad, &s), ga_cuda_built() ? GA_E_NO_DEVICE : GA_E_NO_CUDA);
+    }
+    assert_null(s);
+
+    /* A good one, and the calls that take a store refuse NULL. */
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(NULL, 4, NULL, &index, &pub), GA_E_INVAL);
+    assert_int_equal(ga_store_add_tensor(s, 4, NULL, NULL, &pub), GA_E_INVAL);
+    assert_int_equal(ga_store_add_tensor(s, 4, NULL, &index, NULL), GA_E_INVAL);
+    assert_int_equal(ga_store_add_tensor(s, SIZE_MAX / 2, NULL, &index, &pub), GA_E_TOO_LARGE);
+    assert_int_equal(ga_store_accumulate(NULL, 0, 0, 0, GA_CODEC_NONE, &cfg.pull_params, NULL, 0), GA_E_INVAL);
+    ga_store_destroy(s);
+    ga_store_destroy(NULL);
+    ga_published_clear(NULL);
+}
+
+/* ---- edge cases ---- */
+
+/* Parameters that overflow are published as they are; a delta cannot carry them, so that
+ * version has none, and the published copy restarts from the parameters. */
+static void nonfinite_parameters_are_published(void **state)
+{
+    (void)state;
+    enum { N = 2048 };
+    const ga_codec_id pulls[] = {GA_CODEC_NONE, GA_CODEC_2BIT, GA_CODEC_FP16, GA_CODEC_TOPK};
+    for (size_t c = 0; c < sizeof pulls / sizeof pulls[0]; c++) {
+        ga_store_config cfg = plain_config();
+        cfg.pull_codec = pulls[c];
+        cfg.pull_params = ga_codec_params_default(pulls[c]);
+        ga_store *s;
+        assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+        float init[N], g[N], worker[N], last = 3e38f;
+        for (size_t i = 0; i < N; i++) init[i] = 3e38f, g[i] = i < 1024 ? 3e38f : -1e37f;
+        uint32_t index;
+        ga_published pub;
+        assert_int_equal(ga_store_add_tensor(s, N, init, &index, &pub), GA_OK);
+        memcpy(worker, pub.full->data, sizeof worker);
+        ga_published_clear(&pub);
+        const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+        for (int step = 1; step <= 3; step++) {
+            assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+            assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+            const float *full = (const float *)pub.full->data;
+            assert_true(isinf(full[0]) && full[0] > 0.0f); /* 3e38 + 3e38 */
+            last = last + -1e37f;
+            assert_true(full[N - 1] == last);
+            assert_null(pub.delta); /* never with Inf (step 1) or Inf - Inf (later) in a piece */
+            worker_apply(&cfg, worker, N, &pub);
+            assert_memory_equal(worker, pub.full->data, sizeof worker);
+            ga_published_clear(&pub);
+        }
+        ga_store_destroy(s);
+    }
+}
+
+/* fp16 pulls: a delta beyond fp16's range falls back to fp32 for that version only. */
+static void fp16_pull_range_falls_back(void **state)
+{
+    (void)state;
+    enum { N = 1024 };
+    ga_store_config cfg = plain_config();
+    cfg.pull_codec = GA_CODEC_FP16;
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    float zero[N] = {0}, g[N];
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, zero, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    for (size_t i = 0; i < N; i++) g[i] = 1e5f; /* > 65504 */
+    assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    assert_null(pub.delta);
+    assert_memory_equal(pub.full->data, g, sizeof g);
+    ga_published_clear(&pub);
+    for (size_t i = 0; i < N; i++) g[i] = 0.5f;
+    assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+    assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+    assert_non_null(pub.delta);
+    assert_int_equal(pub.delta->size, 2 * N);
+    assert_true(((const float *)pub.full->data)[5] == 1e5f + 0.5f);
+    ga_published_clear(&pub);
+    ga_store_destroy(s);
+}
+
+/* Tensors of 0 and 1 element, and pieces that end exactly on the tensor's end. */
+static void small_and_exact_tensors(void **state)
+{
+    (void)state;
+    ga_store_config cfg = plain_config();
+    cfg.pull_codec = GA_CODEC_2BIT;
+    cfg.pull_params.threshold = 0.5f;
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    const size_t sizes[] = {0, 1, 2048};
+    for (uint32_t t = 0; t < 3; t++) {
+        uint32_t index;
+        ga_published pub;
+        assert_int_equal(ga_store_add_tensor(s, sizes[t], NULL, &index, &pub), GA_OK);
+        assert_int_equal(index, t);
+        assert_int_equal(pub.full->size, sizes[t] * sizeof(float));
+        assert_int_equal(pub.npieces, (sizes[t] + 1023) / 1024);
+        ga_published_clear(&pub);
+    }
+    float one = 1.0f;
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    assert_int_equal(ga_store_accumulate(s, 1, 0, 1, GA_CODEC_NONE, &none, &one, 4), GA_OK);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 0, GA_CODEC_NONE, &none, NULL, 0), GA_OK);
+    assert_int_equal(ga_store_accumulate(s, 0, 0, 1, GA_CODEC_NONE, &none, &one, 4), GA_E_LENGTH);
+    ga_published pubs[3];
+    assert_int_equal(ga_store_apply(s, 1, pubs), GA_OK);
+    assert_int_equal(pubs[0].npieces, 0);
+    assert_non_null(pubs[0].delta);
+    assert_int_equal(pubs[0].delta->size, 0);
+    assert_int_equal(pubs[0].delta_off[0], 0);
+    /* 1.0 - 0 through 2bit with t = 0.5: +0.5 sent, 0.5 held back. */
+    assert_true(((const float *)pubs[1].full->data)[0] == 0.5f);
+    assert_int_equal(pubs[1].delta->size, 4);
+    assert_int_equal(pubs[2].npieces, 2);
+    assert_int_equal(pubs[2].delta_off[2], 2 * 256);
+    for (int t = 0; t < 3; t++) ga_published_clear(&pubs[t]);
+    ga_store_destroy(s);
+}
+
+/* ga_store_bytes is exactly what the store took from the accounted allocator, as it grows. */
+static void memory_is_accounted(void **state)
+{
+    (void)state;
+    assert_int_equal(ga_store_bytes(NULL), 0);
+    for (size_t i = 0; i < nscenarios; i++) {
+        const scenario *sc = &scenarios[i];
+        uint64_t before = ga_mem_in_use(GA_MEM_HOST);
+        ga_store *s;
+        assert_int_equal(ga_store_create(&sc->cfg, &s), GA_OK);
+        assert_int_equal(ga_store_bytes(s), ga_mem_in_use(GA_MEM_HOST) - before);
+        uint64_t params = 0;
+        for (uint32_t t = 0; t < sc->ntensors; t++) {
+            uint32_t index;
+            ga_published pub;
+            assert_int_equal(ga_store_add_tensor(s, sc->sizes[t], NULL, &index, &pub), GA_OK);
+            ga_published_clear(&pub);
+            params += sc->sizes[t] * sizeof(float);
+            assert_int_equal(ga_store_bytes(s), ga_mem_in_use(GA_MEM_HOST) - before);
+        }
+        size_t per_elem = 2 + (sc->cfg.pull_codec != GA_CODEC_NONE) + (sc->cfg.optim == GA_OPTIM_ADAM ? 2 : 0) +
+                          (sc->cfg.optim == GA_OPTIM_SGD && sc->cfg.sgd.momentum != 0.0f);
+        assert_true(ga_store_bytes(s) >= per_elem * params);
+        push_all(s, NULL, 1, 2, sc); /* unaligned payloads grow the staging buffer */
+        assert_int_equal(ga_store_bytes(s), ga_mem_in_use(GA_MEM_HOST) - before);
+        ga_published pubs[SCENARIO_MAX_TENSORS];
+        assert_int_equal(ga_store_apply(s, 2, pubs), GA_OK);
+        for (uint32_t t = 0; t < sc->ntensors; t++) ga_published_clear(&pubs[t]);
+        assert_int_equal(ga_store_bytes(s), ga_mem_in_use(GA_MEM_HOST) - before);
+        ga_store_destroy(s);
+        assert_int_equal(ga_mem_in_use(GA_MEM_HOST), before);
+    }
+}
+
+/* Publications outlive the store: the blobs are the caller's. */
+static void publications_outlive_the_store(void **state)
+{
+    (void)state;
+    ga_store_config cfg = plain_config();
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    float init[10];
+    scenario_fill(init, 10, 3, 1.0f);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, 10, init, &index, &pub), GA_OK);
+    ga_blob *extra = ga_blob_ref(pub.full);
+    ga_store_destroy(s);
+    ga_published_clear(&pub);
+    assert_memory_equal(extra->data, init, sizeof init);
+    ga_blob_unref(extra);
+}
+
+int main(void)
+{
+    test_memory_baseline();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(scenarios_match_model),
+        cmocka_unit_test(compressed_pulls_hold_back),
+        cmocka_unit_test(bad_accumulate_changes_nothing),
+        cmocka_unit_test(discard_drops_the_step),
+        cmocka_unit_test(config_errors),
+        cmocka_unit_test(nonfinite_parameters_are_published),
+        cmocka_unit_test(fp16_pull_range_falls_back),
+        cmocka_unit_test(small_and_exact_tensors),
+        cmocka_unit_test(memory_is_accounted),
+        cmocka_unit_test(publications_outlive_the_store),
+        cmocka_unit_test(test_host_memory_returned),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
