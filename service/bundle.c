@@ -13,8 +13,7 @@
 #define MAX_TENSOR_NAME 1024u
 #define MAX_DIMS 32u
 
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
 {
@@ -117,8 +116,8 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (c->incarnation == 0) return fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
-            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'",
-                        k, c->job, b->job);
+            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'", k,
+                        c->job, b->job);
         if (c->rank != b->rank)
             return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has rank %u, the stream began with rank %u", k,
                         c->rank, b->rank);
@@ -127,8 +126,8 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
                         "push chunk %zu has incarnation %llu, the stream began with incarnation %llu", k,
                         (unsigned long long)c->incarnation, (unsigned long long)b->incarnation);
         if (c->step != b->step)
-            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu",
-                        k, (unsigned long long)c->step, (unsigned long long)b->step);
+            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu", k,
+                        (unsigned long long)c->step, (unsigned long long)b->step);
     }
     if (!c->tensor || !c->tensor[0]) return fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name is empty", k);
     if (c->count == 0) return fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): count is 0", k, c->tensor);
@@ -238,8 +237,8 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
     if (c->incarnation == 0) return fail(GA_E_INVAL, why, cap, "init chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
-            return fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu names job '%s', the stream began with job '%s'",
-                        k, c->job, b->job);
+            return fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu names job '%s', the stream began with job '%s'", k,
+                        c->job, b->job);
         if (c->rank != b->rank)
             return fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu has rank %u, the stream began with rank %u", k,
                         c->rank, b->rank);
@@ -286,8 +285,9 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
     size_t len = c->values.len;
     if (len > 0) {
         if (c->count == 0 || len != 4 * c->count)
-            return fail(GA_E_LENGTH, why, cap, "init chunk %zu (tensor '%s'): %zu bytes of values for count %llu (need %llu)",
-                        k, c->tensor, len, (unsigned long long)c->count, (unsigned long long)(4 * c->count));
+            return fail(GA_E_LENGTH, why, cap,
+                        "init chunk %zu (tensor '%s'): %zu bytes of values for count %llu (need %llu)", k, c->tensor,
+                        len, (unsigned long long)c->count, (unsigned long long)(4 * c->count));
         ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
         ga_status st = ga_codec_check_payload(GA_CODEC_NONE, &none, c->values.data, len, (size_t)c->count);
         if (st == GA_E_NONFINITE)
@@ -297,8 +297,9 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
     }
     size_t held = b ? b->payload_bytes : 0;
     if (len > max_bytes || held > max_bytes - len)
-        return fail(GA_E_LIMIT, why, cap, "init chunk %zu: the stream's values would reach %zu bytes, over the limit of %zu",
-                    k, held + len, max_bytes);
+        return fail(GA_E_LIMIT, why, cap,
+                    "init chunk %zu: the stream's values would reach %zu bytes, over the limit of %zu", k, held + len,
+                    max_bytes);
     return GA_OK;
 }
 

@@ -107,10 +107,12 @@ static void init_done(ga_task *t)
         answer(it->call, job->version, (uint32_t)it->count, it->existing);
     } else {
         const char *name = job->tensors[it->first + it->created].name;
-        ga_call_finish(it->call, NULL, it->rc, "job '%s': creating tensor '%.100s' (%zu of %zu created): %s",
-                       job->name, name, it->created, it->count, ga_strerror(it->rc));
-        if (job->ntensors == it->first + it->count) ga_job_tensor_truncate(job, it->first + it->created);
-        else ga_core_job_fault(job, it->rc, "creating tensor '%.100s': %s", name, ga_strerror(it->rc));
+        ga_call_finish(it->call, NULL, it->rc, "job '%s': creating tensor '%.100s' (%zu of %zu created): %s", job->name,
+                       name, it->created, it->count, ga_strerror(it->rc));
+        if (job->ntensors == it->first + it->count)
+            ga_job_tensor_truncate(job, it->first + it->created);
+        else
+            ga_core_job_fault(job, it->rc, "creating tensor '%.100s': %s", name, ga_strerror(it->rc));
     }
     ga_init_free(it->init);
     ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);

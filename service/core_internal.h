@@ -17,7 +17,7 @@ struct ga_core {
     uv_loop_t *loop;
     ga_job **jobs;
     size_t njobs, jobs_cap;
-    uint64_t held_bytes;   /* push and init payloads held by steps and queued tasks, all jobs */
+    uint64_t held_bytes; /* push and init payloads held by steps and queued tasks, all jobs */
     bool draining, drained;
     void (*drain_done)(void *arg);
     void *drain_arg;
@@ -35,13 +35,13 @@ void ga_core_job_idle(void *job);
 void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Sync steps (core_push.c). */
-void ga_core_step_advance(ga_job *job);      /* hands out bundles that are next in rank order */
-void ga_core_step_try_close(ga_job *job);    /* closes the step when complete, or at the deadline with quorum */
+void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in rank order */
+void ga_core_step_try_close(ga_job *job); /* closes the step when complete, or at the deadline with quorum */
 void ga_core_step_close(ga_job *job, bool by_deadline); /* closes with what it has (>= 1 commit) */
-void ga_core_step_exclude_left(ga_job *job); /* excludes ranks that left from the open step */
+void ga_core_step_exclude_left(ga_job *job);            /* excludes ranks that left from the open step */
 
 /* Pulls (core_pull.c). */
-void ga_core_pulls_serve(ga_job *job);       /* answers waiting pulls whose version exists */
+void ga_core_pulls_serve(ga_job *job); /* answers waiting pulls whose version exists */
 /* Answers or refuses every waiting pull of the job: answerable ones get their version,
  * the others `st` with the message. */
 void ga_core_pulls_end(ga_job *job, ga_status st, const char *why);

@@ -9,7 +9,8 @@
 #include "ga_wire.h"
 
 /* Streams the job's current version to call, then finishes it. A piece goes as a delta when the
- * worker holds the version before and the job publishes deltas; otherwise as fp32. */
+ * worker holds the version before and the job publishes deltas; otherwise as fp32. Each send
+ * hands the call a reference of its own to the blob, released once the bytes are out. */
 static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_version)
 {
     uint64_t v = job->version;
@@ -34,10 +35,11 @@ static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_v
                 chunk.kind = GRADAGG__V1__PULL_KIND__PULL_DELTA;
                 chunk.codec = &codec;
                 chunk.base_version = v - 1;
-                ga_call_send(call, &chunk.base, p->delta, p->delta_off[k], p->delta_off[k + 1] - p->delta_off[k]);
+                ga_call_send(call, &chunk.base, ga_blob_ref(p->delta), p->delta_off[k],
+                             p->delta_off[k + 1] - p->delta_off[k]);
             } else {
                 chunk.kind = GRADAGG__V1__PULL_KIND__PULL_FULL;
-                ga_call_send(call, &chunk.base, p->full, 4 * off, 4 * count);
+                ga_call_send(call, &chunk.base, ga_blob_ref(p->full), 4 * off, 4 * count);
             }
         }
     }
@@ -47,8 +49,10 @@ static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_v
 static void unlink_wait(ga_pull_wait *w)
 {
     ga_job *job = w->job;
-    if (w->prev) w->prev->next = w->next;
-    else job->pulls = w->next;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        job->pulls = w->next;
     if (w->next) w->next->prev = w->prev;
     if (w->rank < job->world && job->members[w->rank].pulls_waiting) job->members[w->rank].pulls_waiting--;
     /* A worker that waited was active until now. */
@@ -71,8 +75,10 @@ void ga_core_pulls_end(ga_job *job, ga_status st, const char *why)
     for (ga_pull_wait *w = job->pulls, *next; w; w = next) {
         next = w->next;
         unlink_wait(w);
-        if (w->min_version <= job->version) answer(job, w->call, w->has_version, w->have_version);
-        else ga_call_finish(w->call, NULL, st, "%s", why);
+        if (w->min_version <= job->version)
+            answer(job, w->call, w->has_version, w->have_version);
+        else
+            ga_call_finish(w->call, NULL, st, "%s", why);
         ga_free(w);
     }
 }

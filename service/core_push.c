@@ -219,7 +219,8 @@ static ga_status check_memory(ga_core *c, const ga_push *push, char *why)
     uint64_t now = ga_core_bytes(c), max = c->opt.max_memory_bytes;
     if (push->payload_bytes > max || now > max - push->payload_bytes) {
         snprintf(why, GA_WHY_CAP,
-                 "holding this push (%zu bytes) would bring the server to %" PRIu64 " bytes, over its limit of %" PRIu64,
+                 "holding this push (%zu bytes) would bring the server to %" PRIu64
+                 " bytes, over its limit of %" PRIu64,
                  push->payload_bytes, now + push->payload_bytes, max);
         return GA_E_LIMIT;
     }
@@ -320,14 +321,15 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
         } else {
             job->late_pushes++;
             ga_call_finish(call, NULL, GA_E_STEP_CLOSED,
-                           "step %" PRIu64 " of job '%s' closed without rank %u; the open step is %" PRIu64,
-                           push->step, job->name, push->rank, s->step);
+                           "step %" PRIu64 " of job '%s' closed without rank %u; the open step is %" PRIu64, push->step,
+                           job->name, push->rank, s->step);
         }
         goto free;
     }
     if (push->step > s->step) {
-        ga_call_finish(call, NULL, GA_E_STEP_FUTURE, "step %" PRIu64 " of job '%s' is not open yet; the open step is %" PRIu64,
-                       push->step, job->name, s->step);
+        ga_call_finish(call, NULL, GA_E_STEP_FUTURE,
+                       "step %" PRIu64 " of job '%s' is not open yet; the open step is %" PRIu64, push->step, job->name,
+                       s->step);
         goto free;
     }
     if (ga_step_has(s, push->rank)) {
@@ -352,8 +354,7 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     uint32_t rank = push->rank;
     ga_step_commit(s, rank, push);
     ack(call, s->step, false, job->version);
-    if (s->committed == 1 && job->deadline_ms > 0)
-        uv_timer_start(job->timer, deadline_fired, job->deadline_ms, 0);
+    if (s->committed == 1 && job->deadline_ms > 0) uv_timer_start(job->timer, deadline_fired, job->deadline_ms, 0);
     ga_core_step_advance(job);
     ga_core_step_try_close(job);
     return;
@@ -416,8 +417,10 @@ void ga_core_push(ga_core *c, ga_call *call, ga_push *push)
         ga_call_finish(call, NULL, job->fault, "%s", job->fault_why);
         goto free;
     }
-    if (job->async) push_async(c, job, call, push);
-    else push_sync(c, job, call, push);
+    if (job->async)
+        push_async(c, job, call, push);
+    else
+        push_sync(c, job, call, push);
     return;
 refuse:
     ga_call_finish(call, NULL, st, "%s", why);

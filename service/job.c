@@ -10,8 +10,7 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
 {
@@ -76,8 +75,8 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
         if (s.quorum == 0) s.quorum = opt->default_quorum < cfg->world_size ? opt->default_quorum : cfg->world_size;
     }
     if (s.quorum == 0) s.quorum = cfg->world_size;
-    GA_CHECK(ga_codec_from_wire(cfg->pull_codec, "config.pull_codec", &s.store.pull_codec, &s.store.pull_params, why,
-                                cap));
+    GA_CHECK(
+        ga_codec_from_wire(cfg->pull_codec, "config.pull_codec", &s.store.pull_codec, &s.store.pull_params, why, cap));
     s.store.backend = opt->backend;
     s.store.threads = opt->threads;
     s.store.mean = cfg->reduce == GRADAGG__V1__REDUCE__REDUCE_MEAN;
@@ -148,8 +147,7 @@ static bool field_same(const ProtobufCFieldDescriptor *f, const ProtobufCMessage
     }
 }
 
-const char *ga_job_config_diff(const Gradagg__V1__JobConfig *a, const Gradagg__V1__JobConfig *b, char *path,
-                               size_t cap)
+const char *ga_job_config_diff(const Gradagg__V1__JobConfig *a, const Gradagg__V1__JobConfig *b, char *path, size_t cap)
 {
     if (cap == 0) return NULL;
     path[0] = 0;
@@ -224,8 +222,10 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     if (rc != GA_OK) {
         char text[256];
         optim_text(&job->store_cfg, text, sizeof text);
-        if (rc == GA_E_OPTIM) fail(rc, why, cap, "config.optimizer: %s", text);
-        else fail(rc, why, cap, "job '%s': parameter store: %s", name, ga_strerror(rc));
+        if (rc == GA_E_OPTIM)
+            fail(rc, why, cap, "config.optimizer: %s", text);
+        else
+            fail(rc, why, cap, "job '%s': parameter store: %s", name, ga_strerror(rc));
         goto fail_quiet;
     }
     job->store_bytes = ga_store_bytes(job->store);
@@ -352,8 +352,8 @@ ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarna
     const ga_member *m = &job->members[rank];
     if (m->incarnation == incarnation && incarnation != 0) {
         if (m->left)
-            return fail(GA_E_NOT_MEMBER, why, cap, "rank %u (incarnation %" PRIu64 ") left job '%s'", rank,
-                        incarnation, job->name);
+            return fail(GA_E_NOT_MEMBER, why, cap, "rank %u (incarnation %" PRIu64 ") left job '%s'", rank, incarnation,
+                        job->name);
         return GA_OK;
     }
     for (unsigned i = 0; i < GA_JOB_REPLACED; i++)
@@ -361,11 +361,10 @@ ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarna
             return fail(GA_E_STALE, why, cap,
                         "rank %u incarnation %" PRIu64 " of job '%s' was replaced by incarnation %" PRIu64, rank,
                         incarnation, job->name, m->incarnation);
-    if (m->incarnation == 0)
-        return fail(GA_E_NOT_MEMBER, why, cap, "rank %u has not joined job '%s'", rank, job->name);
+    if (m->incarnation == 0) return fail(GA_E_NOT_MEMBER, why, cap, "rank %u has not joined job '%s'", rank, job->name);
     return fail(GA_E_NOT_MEMBER, why, cap,
-                "rank %u of job '%s' is held by incarnation %" PRIu64 ", not %" PRIu64 " (join first)", rank,
-                job->name, m->incarnation, incarnation);
+                "rank %u of job '%s' is held by incarnation %" PRIu64 ", not %" PRIu64 " (join first)", rank, job->name,
+                m->incarnation, incarnation);
 }
 
 uint64_t ga_job_bytes_per_element(const ga_job *job)

@@ -19,13 +19,13 @@
 #define GA_JOB_REPLACED 4u
 
 typedef struct ga_member {
-    uint64_t incarnation;                  /* 0: the rank never joined */
-    uint64_t replaced[GA_JOB_REPLACED];    /* earlier incarnations, newest first */
+    uint64_t incarnation;               /* 0: the rank never joined */
+    uint64_t replaced[GA_JOB_REPLACED]; /* earlier incarnations, newest first */
     bool left;
-    uint64_t active_ms;                    /* uv_now of its last call */
-    uint32_t pulls_waiting;                /* a worker blocked in a pull is active */
+    uint64_t active_ms;     /* uv_now of its last call */
+    uint32_t pulls_waiting; /* a worker blocked in a pull is active */
     bool has_pushed;
-    uint64_t last_step;                    /* last committed step */
+    uint64_t last_step; /* last committed step */
     /* Sync: bit i set = step last_step - i committed by this rank. Older steps count as not
      * committed (a retry 64 steps late is refused as closed). */
     uint64_t commit_mask;
@@ -36,8 +36,8 @@ typedef struct ga_tensor {
     uint64_t *shape;
     size_t ndim;
     uint64_t elements;
-    bool ready;        /* created in the store; pub holds its publication */
-    ga_published pub;  /* the current version's publication */
+    bool ready;       /* created in the store; pub holds its publication */
+    ga_published pub; /* the current version's publication */
 } ga_tensor;
 
 typedef struct ga_pull_wait ga_pull_wait;
@@ -57,30 +57,30 @@ typedef struct ga_job {
     Gradagg__V1__JobConfig *config; /* as the first Join sent it (owned, ga_wire_allocator) */
     uint32_t world;
     bool async;
-    uint32_t deadline_ms, quorum;   /* effective straggler policy; deadline 0 = none */
+    uint32_t deadline_ms, quorum; /* effective straggler policy; deadline 0 = none */
     ga_store_config store_cfg;
     ga_store *store;
-    uint64_t store_bytes;           /* ga_store_bytes after the last task */
-    ga_member *members;             /* [world] */
+    uint64_t store_bytes; /* ga_store_bytes after the last task */
+    ga_member *members;   /* [world] */
 
     ga_tensor *tensors;
     size_t ntensors, tensors_cap;
-    uint32_t *index;                /* open addressing: tensor index + 1, 0 = empty */
+    uint32_t *index; /* open addressing: tensor index + 1, 0 = empty */
     size_t index_cap;
 
-    uint64_t version;               /* published */
-    uint64_t target;                /* the version queued work will have published */
-    bool any_commit;                /* no new tensors after the first commit */
-    ga_step step;                   /* sync */
-    uv_timer_t *timer;              /* straggler deadline (sync); freed by its close callback */
+    uint64_t version;  /* published */
+    uint64_t target;   /* the version queued work will have published */
+    bool any_commit;   /* no new tensors after the first commit */
+    ga_step step;      /* sync */
+    uv_timer_t *timer; /* straggler deadline (sync); freed by its close callback */
     ga_taskq tasks;
-    ga_pull_wait *pulls;            /* waiting pulls, oldest first */
-    ga_status fault;                /* a store call failed: the job refuses further work */
+    ga_pull_wait *pulls; /* waiting pulls, oldest first */
+    ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;
-    uint64_t held_bytes;            /* push payloads held by the step or queued tasks */
+    uint64_t held_bytes; /* push payloads held by the step or queued tasks */
 } ga_job;
 
 /* The job settings a config gives: checks world_size in [1, GA_JOB_MAX_WORLD], the enums,

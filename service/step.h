@@ -19,7 +19,7 @@ typedef enum ga_slot {
 } ga_slot;
 
 typedef struct ga_step {
-    uint64_t step;      /* the open step */
+    uint64_t step; /* the open step */
     uint32_t world;
     uint8_t *slot;      /* [world] ga_slot */
     ga_push **held;     /* [world] bundles of GA_SLOT_COMMITTED ranks */

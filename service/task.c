@@ -21,8 +21,10 @@ static void after_work(uv_work_t *req, int status)
     /* Still marked running: done may queue more without starting a second task meanwhile. */
     t->done(t);
     q->running = false;
-    if (q->head) start_head(q);
-    else if (q->idle) q->idle(q->idle_arg);
+    if (q->head)
+        start_head(q);
+    else if (q->idle)
+        q->idle(q->idle_arg);
 }
 
 static void start_head(ga_taskq *q)
@@ -42,8 +44,10 @@ void ga_taskq_push(ga_taskq *q, ga_task *t)
 {
     t->next = NULL;
     t->queue = q;
-    if (q->tail) q->tail->next = t;
-    else q->head = t;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
     q->tail = t;
     if (!q->running) start_head(q);
 }

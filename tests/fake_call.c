@@ -62,8 +62,10 @@ static uint8_t *pack(const ProtobufCMessage *msg, const uint8_t *payload, size_t
 
 void ga_call_send(ga_call *call, const ProtobufCMessage *msg, void *payload_blob, size_t off, size_t len)
 {
+    ga_blob *blob = payload_blob; /* the call takes this reference, as the transport does */
     if (call->finished) {
         call->misuse++;
+        ga_blob_unref(blob);
         return;
     }
     if (call->nmsgs == call->cap) {
@@ -74,11 +76,11 @@ void ga_call_send(ga_call *call, const ProtobufCMessage *msg, void *payload_blob
         call->msgs = m;
         call->cap = ncap;
     }
-    const ga_blob *blob = payload_blob;
     fake_msg *m = &call->msgs[call->nmsgs++];
     if (blob && off + len > blob->size) call->misuse++; /* a range outside the blob */
-    m->bytes = pack(msg, blob ? blob->data + off : NULL, blob && off + len <= blob->size ? len : 0, blob != NULL,
-                    &m->len);
+    m->bytes =
+        pack(msg, blob ? blob->data + off : NULL, blob && off + len <= blob->size ? len : 0, blob != NULL, &m->len);
+    ga_blob_unref(blob);
 }
 
 void ga_call_finish(ga_call *call, const ProtobufCMessage *resp, ga_status st, const char *fmt, ...)

@@ -1,7 +1,8 @@
 /* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_peer
  * (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
- * field 15, as the transport sends it), the final status and message, and any misuse (a send
- * after the finish, a second finish). */
+ * field 15, as the transport sends it; the call takes the blob reference it is given and drops
+ * it once copied), the final status and message, and any misuse (a send after the finish, a
+ * second finish, a payload range outside its blob). */
 #ifndef GA_FAKE_CALL_H
 #define GA_FAKE_CALL_H
 
@@ -26,7 +27,7 @@ struct ga_call {
     char message[512];
     uint8_t *resp; /* the finish's response, packed; NULL when none */
     size_t resp_len;
-    int misuse;    /* sends after the finish, finishes after the first */
+    int misuse; /* sends after the finish, finishes after the first */
 };
 
 ga_call *fake_call_new(void);

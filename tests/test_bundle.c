@@ -283,10 +283,7 @@ static void i_rank_other(init_spec *s) { s->rank = 1; }
 static void i_tensor_empty(init_spec *s) { s->tensor = ""; }
 static void i_no_shape(init_spec *s) { s->ndim = 0; }
 static void i_zero_dim(init_spec *s) { s->shape[1] = 0; }
-static void i_huge(init_spec *s)
-{
-    s->shape[0] = 1ull << 40, s->shape[1] = 1ull << 40;
-}
+static void i_huge(init_spec *s) { s->shape[0] = 1ull << 40, s->shape[1] = 1ull << 40; }
 static void i_other_shape(init_spec *s) { s->shape[1] = 9; }
 static void i_outside(init_spec *s) { s->offset = 20; }
 static void i_length(init_spec *s) { s->len = 60; }
@@ -331,15 +328,15 @@ static void test_init_checks(void **state)
         assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1);
     }
     /* The rest of w; a zeros tensor (no values, any count inside it); the limit. */
-    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64}), 128, why,
-                                 sizeof why),
-                     GA_OK);
-    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0}), 128, why,
-                                 sizeof why),
-                     GA_OK);
-    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), 128, why,
-                                 sizeof why),
-                     GA_E_LIMIT);
+    assert_int_equal(
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64}), 128, why, sizeof why),
+        GA_OK);
+    assert_int_equal(
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0}), 128, why, sizeof why),
+        GA_OK);
+    assert_int_equal(
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), 128, why, sizeof why),
+        GA_E_LIMIT);
     assert_int_equal(b->count, 3);
     assert_int_equal(b->payload_bytes, 128);
     ga_init_free(b);

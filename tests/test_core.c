@@ -81,7 +81,8 @@ static void h_close(harness *h)
 static void expect(const ga_call *c, ga_status want)
 {
     if (!c->finished) fail_msg("call not finished, want %s", ga_status_name(want));
-    if (c->status != want) fail_msg("got %s (%s), want %s", ga_status_name(c->status), c->message, ga_status_name(want));
+    if (c->status != want)
+        fail_msg("got %s (%s), want %s", ga_status_name(c->status), c->message, ga_status_name(want));
     assert_int_equal(c->misuse, 0);
 }
 
@@ -326,8 +327,9 @@ static void workload_make(workload *wl)
                 assert_int_equal(ga_codec_encoded_size(pl->codec, &p, n, &cap), GA_OK);
                 encoded *e = &wl->e[s][r][k];
                 e->bytes = ga_malloc(cap);
-                assert_int_equal(ga_codec_encode(&cpu, pl->codec, &p, grad, ga_codec_has_residual(pl->codec) ? res : NULL,
-                                                 n, e->bytes, cap, &e->len),
+                assert_int_equal(ga_codec_encode(&cpu, pl->codec, &p, grad,
+                                                 ga_codec_has_residual(pl->codec) ? res : NULL, n, e->bytes, cap,
+                                                 &e->len),
                                  GA_OK);
             }
             ga_free(grad), ga_free(res);
@@ -345,8 +347,9 @@ static size_t parts_of(const workload *wl, int s, int r, part out[3])
 {
     for (size_t k = 0; k < nplans[r]; k++) {
         const plan *pl = &plans[r][k];
-        out[k] = (part){names[pl->tensor], pl->lo, pl->hi - pl->lo, pl->codec, plan_params(pl->codec, r, s),
-                        wl->e[s][r][k].bytes, wl->e[s][r][k].len};
+        out[k] = (part){
+            names[pl->tensor], pl->lo, pl->hi - pl->lo, pl->codec, plan_params(pl->codec, r, s), wl->e[s][r][k].bytes,
+            wl->e[s][r][k].len};
     }
     return nplans[r];
 }
@@ -397,8 +400,8 @@ static void model_step(model *m, const workload *wl, int s, const bool contrib[W
                 if (pl->tensor != t) continue;
                 ga_codec_params p = plan_params(pl->codec, r, s);
                 const encoded *e = &wl->e[s][r][k];
-                assert_int_equal(ga_codec_decode_add(&cpu, pl->codec, &p, e->bytes, e->len, pl->hi - pl->lo, sum + pl->lo),
-                                 GA_OK);
+                assert_int_equal(
+                    ga_codec_decode_add(&cpu, pl->codec, &p, e->bytes, e->len, pl->hi - pl->lo, sum + pl->lo), GA_OK);
             }
         }
         if (m->mean && count > 1) assert_int_equal(ga_reduce_scale(&cpu, sum, sizes[t], (float)(1.0 / count)), GA_OK);
@@ -460,8 +463,8 @@ static void worker_apply(worker *w, ga_call *c)
             /* the payload as the worker would receive it: 4-byte aligned */
             uint8_t *aligned = ga_malloc(ch->payload.len + 1);
             memcpy(aligned, ch->payload.data, ch->payload.len);
-            assert_int_equal(ga_codec_decode_add(&cpu, id, &p, aligned, ch->payload.len, ch->count, w->held[t] + ch->offset),
-                             GA_OK);
+            assert_int_equal(
+                ga_codec_decode_add(&cpu, id, &p, aligned, ch->payload.len, ch->count, w->held[t] + ch->offset), GA_OK);
             ga_free(aligned);
             w->deltas++;
         }
@@ -514,7 +517,8 @@ static void setup_job(harness *h, const char *job, const config *k, float *w_val
     assert_false(c->finished); /* created on the thread pool */
     settle(h);
     expect(c, GA_OK);
-    Gradagg__V1__InitResponse *ir = (Gradagg__V1__InitResponse *)fake_call_response(c, &gradagg__v1__init_response__descriptor);
+    Gradagg__V1__InitResponse *ir =
+        (Gradagg__V1__InitResponse *)fake_call_response(c, &gradagg__v1__init_response__descriptor);
     assert_int_equal(ir->created, 2);
     assert_int_equal(ir->existing, 0);
     protobuf_c_message_free_unpacked(&ir->base, NULL);
@@ -932,14 +936,16 @@ static void test_compressed_pull(void **state)
     assert_int_equal(delta.fulls, 4); /* w in 3 pieces, b in 1 */
     bool lossy = false;
     for (int s = 0; s < STEPS; s++) {
-        for (int r = WORLD - 1; r >= 0; r--) expect_ack(push_step(&h, "c", &wl, s, r, (uint64_t)s), (uint64_t)s, false, (uint64_t)s);
+        for (int r = WORLD - 1; r >= 0; r--)
+            expect_ack(push_step(&h, "c", &wl, s, r, (uint64_t)s), (uint64_t)s, false, (uint64_t)s);
         settle(&h);
         bool all[WORLD] = {true, true, true};
         model_step(&m, &wl, s, all);
         uint64_t v = (uint64_t)s + 1;
         ga_call *dc = pull(&h, "c", 0, 100, v, true, v - 1);
         /* the first chunk carries the codec exactly as configured */
-        Gradagg__V1__PullChunk *ch = (Gradagg__V1__PullChunk *)fake_call_message(dc, 0, &gradagg__v1__pull_chunk__descriptor);
+        Gradagg__V1__PullChunk *ch =
+            (Gradagg__V1__PullChunk *)fake_call_message(dc, 0, &gradagg__v1__pull_chunk__descriptor);
         assert_int_equal(ch->kind, GRADAGG__V1__PULL_KIND__PULL_DELTA);
         assert_int_equal(ch->codec->id, GRADAGG__V1__CODEC_ID__CODEC_2BIT);
         assert_memory_equal(&ch->codec->threshold, &k.p.threshold, 4);
@@ -1244,7 +1250,11 @@ static ga_call *push_parts(const bad_ctx *x, const char *job, uint32_t rank, uin
 }
 
 static float zeros[2600];
-static void e_unknown_tensor(part *p, size_t *n) { p[1].tensor = "nope"; (void)n; }
+static void e_unknown_tensor(part *p, size_t *n)
+{
+    p[1].tensor = "nope";
+    (void)n;
+}
 static void e_missing_b(part *p, size_t *n) { (void)p, *n = 1; }
 static void e_overlap(part *p, size_t *n)
 {
@@ -1521,20 +1531,13 @@ int main(void)
 {
     test_memory_baseline();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_options_checked),
-        cmocka_unit_test(test_order_matters),
-        cmocka_unit_test(test_sync_orders),
-        cmocka_unit_test(test_duplicates),
-        cmocka_unit_test(test_deadline),
-        cmocka_unit_test(test_default_deadline),
-        cmocka_unit_test(test_async),
-        cmocka_unit_test(test_waiting_pull),
-        cmocka_unit_test(test_compressed_pull),
-        cmocka_unit_test(test_drain),
-        cmocka_unit_test(test_membership),
-        cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_bad_inputs),
-        cmocka_unit_test(test_host_memory_returned),
+        cmocka_unit_test(test_options_checked), cmocka_unit_test(test_order_matters),
+        cmocka_unit_test(test_sync_orders),     cmocka_unit_test(test_duplicates),
+        cmocka_unit_test(test_deadline),        cmocka_unit_test(test_default_deadline),
+        cmocka_unit_test(test_async),           cmocka_unit_test(test_waiting_pull),
+        cmocka_unit_test(test_compressed_pull), cmocka_unit_test(test_drain),
+        cmocka_unit_test(test_membership),      cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_bad_inputs),      cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
