@@ -52,6 +52,7 @@ static void accumulate_done(ga_task *t)
     job->accumulate_seconds += a->seconds;
     job->held_bytes -= a->push->payload_bytes;
     job->core->held_bytes -= a->push->payload_bytes;
+    job->store_bytes = ga_store_bytes(job->store); /* staging buffers may have grown */
     if (a->rc != GA_OK)
         ga_core_job_fault(job, a->rc, "accumulating rank %u step %" PRIu64 " chunk %zu: %s", a->push->rank,
                           a->push->step, a->bad_part, ga_strerror(a->rc));
