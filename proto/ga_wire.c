@@ -1,1 +1,230 @@
-/* placeholder: not written yet */
+/* The wire helpers shared by the server and the SDK (ga_wire.h): the ga_status <-> gRPC status
+ * table, the accounted protobuf-c allocator, and message packing to and from byte buffers. */
+#include "ga_wire.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ga_alloc.h"
+
+/* A switch over the enum without a default: -Wswitch names any status added to GA_STATUS_MAP
+ * without a row here, and tests/test_methods.c checks that none falls through to UNKNOWN. */
+grpc_status_code ga_wire_grpc_code(ga_status st)
+{
+    switch (st) {
+    case GA_OK: return GRPC_STATUS_OK;
+    /* a payload or a request the server will never accept as it is */
+    case GA_E_INVAL: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_CODEC: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_LENGTH: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_INDEX_RANGE: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_INDEX_ORDER: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_NONFINITE: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_THRESHOLD: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_RATIO: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_RANGE: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_TOO_LARGE: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_VARINT: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_OPTIM: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_PROTO: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_RANK: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_COVERAGE: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_STREAM_MIXED: return GRPC_STATUS_INVALID_ARGUMENT;
+    case GA_E_CONFIG: return GRPC_STATUS_INVALID_ARGUMENT;
+    /* the server's limits */
+    case GA_E_NOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case GA_E_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    /* the server's own failures, never the client's fault */
+    case GA_E_CAPACITY: return GRPC_STATUS_INTERNAL;
+    case GA_E_NO_CUDA: return GRPC_STATUS_INTERNAL;
+    case GA_E_NO_DEVICE: return GRPC_STATUS_INTERNAL;
+    case GA_E_CUDA: return GRPC_STATUS_INTERNAL;
+    case GA_E_BACKEND: return GRPC_STATUS_INTERNAL;
+    case GA_E_IO: return GRPC_STATUS_INTERNAL;
+    /* job state */
+    case GA_E_UNIMPLEMENTED: return GRPC_STATUS_UNIMPLEMENTED;
+    case GA_E_UNKNOWN_JOB: return GRPC_STATUS_NOT_FOUND;
+    case GA_E_UNKNOWN_TENSOR: return GRPC_STATUS_NOT_FOUND;
+    case GA_E_RANK_HELD: return GRPC_STATUS_ALREADY_EXISTS;
+    case GA_E_STALE: return GRPC_STATUS_FAILED_PRECONDITION;
+    case GA_E_NOT_MEMBER: return GRPC_STATUS_FAILED_PRECONDITION;
+    case GA_E_JOB_CONFIG: return GRPC_STATUS_FAILED_PRECONDITION;
+    case GA_E_SHAPE: return GRPC_STATUS_FAILED_PRECONDITION;
+    case GA_E_STEP_CLOSED: return GRPC_STATUS_ABORTED;
+    case GA_E_STEP_FUTURE: return GRPC_STATUS_OUT_OF_RANGE;
+    case GA_E_VERSION: return GRPC_STATUS_OUT_OF_RANGE;
+    /* the call or the connection */
+    case GA_E_DRAINING: return GRPC_STATUS_UNAVAILABLE;
+    case GA_E_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
+    case GA_E_TRANSPORT: return GRPC_STATUS_UNAVAILABLE;
+    case GA_E_DEADLINE: return GRPC_STATUS_DEADLINE_EXCEEDED;
+    case GA_E_CANCELLED: return GRPC_STATUS_CANCELLED;
+    }
+    return GRPC_STATUS_UNKNOWN;
+}
+
+/* A status without our trailing metadata comes from gRPC itself (or another server): the
+ * nearest ga_status for its code. */
+static ga_status status_for_code(grpc_status_code code)
+{
+    switch (code) {
+    case GRPC_STATUS_OK: return GA_OK;
+    case GRPC_STATUS_CANCELLED: return GA_E_CANCELLED;
+    case GRPC_STATUS_INVALID_ARGUMENT: return GA_E_INVAL;
+    case GRPC_STATUS_DEADLINE_EXCEEDED: return GA_E_DEADLINE;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED: return GA_E_LIMIT; /* e.g. a message over the limit */
+    case GRPC_STATUS_UNIMPLEMENTED: return GA_E_UNIMPLEMENTED;
+    case GRPC_STATUS_UNAVAILABLE: return GA_E_UNAVAILABLE;
+    default: return GA_E_TRANSPORT;
+    }
+}
+
+typedef struct status_row {
+    ga_status st;
+    const char *name; /* without the "GA_" prefix */
+} status_row;
+
+#define GA_WIRE_ROW(name, value, msg) {GA_##name, #name},
+static const status_row status_rows[] = {GA_STATUS_MAP(GA_WIRE_ROW)};
+#undef GA_WIRE_ROW
+
+/* Accepts "GA_E_STEP_CLOSED" (what ga_status_name gives and the server sends) and
+ * "E_STEP_CLOSED". */
+static bool status_by_name(const char *name, size_t len, ga_status *out)
+{
+    if (len > 3 && memcmp(name, "GA_", 3) == 0) {
+        name += 3;
+        len -= 3;
+    }
+    for (size_t i = 0; i < sizeof status_rows / sizeof status_rows[0]; i++) {
+        if (strlen(status_rows[i].name) == len && memcmp(status_rows[i].name, name, len) == 0) {
+            *out = status_rows[i].st;
+            return true;
+        }
+    }
+    return false;
+}
+
+ga_status ga_wire_status_from(grpc_status_code code, const char *name, size_t len)
+{
+    if (code == GRPC_STATUS_OK) return GA_OK;
+    ga_status st;
+    /* An error named GA_OK would turn a failure into a success: never. */
+    if (name && status_by_name(name, len, &st) && st != GA_OK) return st;
+    return status_for_code(code);
+}
+
+/* ---- allocator ---- */
+
+/* Set when an allocation inside protobuf_c_message_unpack failed, so the caller can tell out of
+ * memory from malformed bytes (unpack returns NULL for both). */
+static _Thread_local bool unpack_oom;
+
+static void *wire_alloc(void *data, size_t size)
+{
+    (void)data;
+    void *p = ga_malloc(size);
+    if (!p) unpack_oom = true;
+    return p;
+}
+
+static void wire_free(void *data, void *p)
+{
+    (void)data;
+    ga_free(p);
+}
+
+ProtobufCAllocator ga_wire_allocator = {wire_alloc, wire_free, NULL};
+
+/* ---- unpack ---- */
+
+static ga_status unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
+                              ProtobufCMessage **out)
+{
+    unpack_oom = false;
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &ga_wire_allocator, len, p);
+    if (!m) return unpack_oom ? GA_E_NOMEM : GA_E_PROTO;
+    *out = m;
+    return GA_OK;
+}
+
+ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out)
+{
+    if (!desc || !bb || !out) return GA_E_INVAL;
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return GA_E_PROTO; /* undecompressable */
+    size_t total = grpc_byte_buffer_length(r.buffer_out);
+    ga_status rc;
+    grpc_slice s;
+    if (!grpc_byte_buffer_reader_next(&r, &s)) {
+        rc = unpack_bytes(desc, (const uint8_t *)"", 0, out);
+    } else if (GRPC_SLICE_LENGTH(s) == total) {
+        /* The common small message: one slice, no copy. */
+        rc = unpack_bytes(desc, GRPC_SLICE_START_PTR(s), total, out);
+        grpc_slice_unref(s);
+    } else {
+        uint8_t *flat = ga_malloc(total);
+        if (!flat) {
+            grpc_slice_unref(s);
+            grpc_byte_buffer_reader_destroy(&r);
+            return GA_E_NOMEM;
+        }
+        size_t at = 0;
+        do {
+            size_t n = GRPC_SLICE_LENGTH(s);
+            if (n > total - at) n = total - at; /* never past the buffer, whatever the reader says */
+            memcpy(flat + at, GRPC_SLICE_START_PTR(s), n);
+            at += n;
+            grpc_slice_unref(s);
+        } while (grpc_byte_buffer_reader_next(&r, &s));
+        rc = unpack_bytes(desc, flat, at, out);
+        ga_free(flat);
+    }
+    grpc_byte_buffer_reader_destroy(&r);
+    return rc;
+}
+
+/* ---- pack ---- */
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static void release_nothing(void *ud) { (void)ud; }
+
+grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload, size_t len,
+                               void (*release)(void *), void *ud)
+{
+    /* Field 15, wire type 2 (length-delimited): one tag byte. */
+    enum { PAYLOAD_TAG = (GA_WIRE_PAYLOAD_FIELD << 3) | 2u, MAX_VARINT = 10 };
+    size_t head = protobuf_c_message_get_packed_size(msg);
+    bool with_payload = payload && len > 0;
+    /* gpr_malloc behind grpc_slice_malloc aborts rather than returning NULL. */
+    grpc_slice slices[2];
+    slices[0] = grpc_slice_malloc(head + (with_payload ? 1 + MAX_VARINT : 0));
+    uint8_t *p = GRPC_SLICE_START_PTR(slices[0]);
+    size_t used = protobuf_c_message_pack(msg, p);
+    size_t nslices = 1;
+    if (with_payload) {
+        p[used++] = PAYLOAD_TAG;
+        used += put_varint(p + used, len);
+        /* gRPC never writes through the slice; the cast only fits its signature. */
+        slices[1] = grpc_slice_new_with_user_data((void *)payload, len, release ? release : release_nothing, ud);
+        nslices = 2;
+    }
+    slices[0] = grpc_slice_sub_no_ref(slices[0], 0, used);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, nslices);
+    for (size_t i = 0; i < nslices; i++) grpc_slice_unref(slices[i]);
+    /* Nothing borrowed (no payload, or an empty one): release now, as if gRPC had. */
+    if (payload && !with_payload && release) release(ud);
+    return bb;
+}
