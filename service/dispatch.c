@@ -1,7 +1,6 @@
 /* gradagg's transport handlers (see dispatch.h). Every call that reaches the loop is handed to
  * exactly one owner there (core or health), which finishes it; a call that cannot be posted is
  * finished here with the reason. */
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types (pthread_rwlock_t) under -std=c11 */
 #include "dispatch.h"
 
 #include <stdio.h>

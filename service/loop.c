@@ -1,6 +1,5 @@
 /* The control loop (see loop.h): a libuv loop, and a mutex-protected FIFO of posted (fn, arg)
  * that one uv_async_t drains on the loop thread. */
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types (pthread_rwlock_t) under -std=c11 */
 #include "loop.h"
 
 #include <stdbool.h>

@@ -1,6 +1,5 @@
 /* gradagg-server: resolve the config (exit 2 when it is invalid), start, serve until SIGTERM or
  * SIGINT has drained the server, exit 0. */
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types (pthread_rwlock_t) under -std=c11 */
 #include <stdio.h>
 
 #include "config.h"

@@ -1,7 +1,6 @@
 /* gradagg-server assembled (see server.h). After start, everything but the start handshake and
  * the loop thread's join lives on the loop thread: the core, health, the timers, the signals and
  * every step of the shutdown sequence. */
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types (pthread_rwlock_t) under -std=c11 */
 #include "server.h"
 
 #include <signal.h>
@@ -209,6 +208,7 @@ static void setup(void *arg)
     co.pull_chunk_bytes = (size_t)c->pull_chunk_kb << 10;
     co.default_deadline_ms = c->deadline_ms;
     co.default_quorum = c->quorum;
+    co.member_lease_ms = c->member_lease_ms;
     GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
     GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,

@@ -1,7 +1,6 @@
 /* The control loop: posted callbacks run on the loop thread in posting order (per poster), from
  * any number of threads; ga_loop_stop lets what was posted before it run, refuses later posts
  * and closes what was left open. */
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>

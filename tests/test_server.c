@@ -1,6 +1,7 @@
 /* The server assembled, over real gRPC on 127.0.0.1:0: grpc.health.v1 Check and Watch through
- * the drain, a port already in use, and the real binary: config errors exit 2, SIGTERM after a
- * Join exits 0 in time. */
+ * the drain, a port already in use, init/push/pull through dispatch and the core, pulls ended by
+ * the drain or by their client, and the real binary: config errors exit 2, SIGTERM after a Join
+ * exits 0 in time. */
 #define _POSIX_C_SOURCE 200809L /* kill, mkdtemp, nanosleep, clock_gettime */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -214,6 +215,154 @@ static void test_port_in_use(void **state)
     ga_server_destroy(a);
 }
 
+/* ---- the data path through dispatch and the core ---- */
+
+static ga_status join(ga_channel *ch, const char *job, uint32_t world)
+{
+    Gradagg__V1__JobConfig jc = GRADAGG__V1__JOB_CONFIG__INIT;
+    jc.world_size = world;
+    Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
+    req.job = (char *)job;
+    req.rank = 0;
+    req.incarnation = 1;
+    req.config = &jc;
+    ProtobufCMessage *resp = NULL;
+    char why[256] = "";
+    ga_status st = ga_call_unary(ch, GA_METHOD_JOIN, &req.base, TIMEOUT_MS, &resp, why, sizeof why);
+    if (resp) protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+    return st;
+}
+
+/* Sends the messages of a client stream and returns its final status (response freed). */
+static ga_status client_stream(ga_channel *ch, ga_method_id m, const ProtobufCMessage *const *msgs, size_t n,
+                               const float *payload, size_t len, char *why, size_t cap)
+{
+    ga_stream *s = NULL;
+    assert_int_equal(ga_stream_open(ch, m, TIMEOUT_MS, &s), GA_OK);
+    for (size_t i = 0; i < n; i++) assert_int_equal(ga_stream_send(s, msgs[i], payload, len), GA_OK);
+    assert_int_equal(ga_stream_close_send(s), GA_OK);
+    ProtobufCMessage *resp = NULL;
+    ga_status st = ga_stream_recv(s, ga_methods[m].response, &resp, why, cap);
+    if (resp) {
+        protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+        ProtobufCMessage *end = NULL;
+        st = ga_stream_recv(s, ga_methods[m].response, &end, why, cap);
+        assert_null(end);
+    }
+    ga_stream_destroy(s);
+    return st;
+}
+
+static ga_stream *open_pull(ga_channel *ch, const char *job, uint64_t min_version)
+{
+    ga_stream *s = NULL;
+    assert_int_equal(ga_stream_open(ch, GA_METHOD_PULL, TIMEOUT_MS, &s), GA_OK);
+    Gradagg__V1__PullRequest req = GRADAGG__V1__PULL_REQUEST__INIT;
+    req.job = (char *)job;
+    req.rank = 0;
+    req.incarnation = 1;
+    req.min_version = min_version;
+    assert_int_equal(ga_stream_send(s, &req.base, NULL, 0), GA_OK);
+    assert_int_equal(ga_stream_close_send(s), GA_OK);
+    return s;
+}
+
+static void test_init_push_pull(void **state)
+{
+    (void)state;
+    ga_server *srv = start_server(5000);
+    ga_channel *ch = connect_to(ga_server_port(srv));
+    assert_int_equal(join(ch, "data", 1), GA_OK);
+    char why[256] = "";
+
+    /* InitTensors and Push are assembled chunk by chunk on the transport's threads. */
+    uint64_t shape[] = {4};
+    const float init[4] = {1, 2, 3, 4};
+    Gradagg__V1__InitChunk ic = GRADAGG__V1__INIT_CHUNK__INIT;
+    ic.job = "data";
+    ic.incarnation = 1;
+    ic.tensor = "w";
+    ic.n_shape = 1;
+    ic.shape = shape;
+    ic.count = 4;
+    const ProtobufCMessage *im[] = {&ic.base};
+    ga_status st = client_stream(ch, GA_METHOD_INIT, im, 1, init, sizeof init, why, sizeof why);
+    if (st != GA_OK) fail_msg("InitTensors: %s: %s", ga_status_name(st), why);
+
+    const float grad[4] = {0.5f, 1, -1, 2};
+    Gradagg__V1__PushChunk pc = GRADAGG__V1__PUSH_CHUNK__INIT;
+    pc.job = "data";
+    pc.incarnation = 1;
+    pc.step = 0;
+    pc.tensor = "w";
+    pc.count = 4;
+    const ProtobufCMessage *pm[] = {&pc.base};
+    st = client_stream(ch, GA_METHOD_PUSH, pm, 1, grad, sizeof grad, why, sizeof why);
+    if (st != GA_OK) fail_msg("Push: %s: %s", ga_status_name(st), why);
+
+    /* A client stream without a chunk has nothing to commit. */
+    st = client_stream(ch, GA_METHOD_PUSH, NULL, 0, NULL, 0, why, sizeof why);
+    assert_int_equal(st, GA_E_INVAL);
+    assert_non_null(strstr(why, "without a chunk"));
+
+    /* Optimizer none: version 1 holds init + grad. */
+    ga_stream *pull = open_pull(ch, "data", 1);
+    float got[4] = {0};
+    size_t seen = 0;
+    for (;;) {
+        ProtobufCMessage *msg = NULL;
+        st = ga_stream_recv(pull, &gradagg__v1__pull_chunk__descriptor, &msg, why, sizeof why);
+        if (!msg) break;
+        Gradagg__V1__PullChunk *c = (Gradagg__V1__PullChunk *)msg;
+        assert_int_equal(c->version, 1);
+        assert_int_equal(c->kind, GRADAGG__V1__PULL_KIND__PULL_FULL);
+        assert_true(c->offset + c->count <= 4 && c->payload.len == 4 * c->count);
+        memcpy(got + c->offset, c->payload.data, c->payload.len);
+        seen += c->count;
+        protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+    }
+    if (st != GA_OK) fail_msg("Pull: %s: %s", ga_status_name(st), why);
+    assert_int_equal(seen, 4);
+    for (int i = 0; i < 4; i++) assert_true(got[i] == init[i] + grad[i]);
+    ga_stream_destroy(pull);
+
+    ga_channel_destroy(ch);
+    ga_server_destroy(srv);
+}
+
+static void test_drain_ends_waiting_and_cancelled_pulls(void **state)
+{
+    (void)state;
+    /* A long grace: only a pull that was never released would make the stop wait for it. */
+    ga_server *srv = start_server(60000);
+    ga_channel *ch = connect_to(ga_server_port(srv));
+    assert_int_equal(join(ch, "wait", 1), GA_OK);
+    ga_stream *waiting = open_pull(ch, "wait", 1); /* the next version: it waits for a push */
+    ga_stream *gone = open_pull(ch, "wait", 1);
+    /* Let both reach the core before one is cancelled: its cancel then goes through dispatch. */
+    struct timespec ms = {0, 100000000};
+    nanosleep(&ms, NULL);
+    ga_stream_cancel(gone);
+    ProtobufCMessage *msg = NULL;
+    char why[256] = "";
+    assert_int_equal(ga_stream_recv(gone, &gradagg__v1__pull_chunk__descriptor, &msg, why, sizeof why),
+                     GA_E_CANCELLED);
+    ga_stream_destroy(gone);
+
+    double t0 = now_s();
+    ga_server_drain(srv);
+    ga_status st = ga_stream_recv(waiting, &gradagg__v1__pull_chunk__descriptor, &msg, why, sizeof why);
+    assert_null(msg);
+    assert_int_equal(st, GA_E_DRAINING);
+    ga_stream_destroy(waiting);
+    ga_server_wait(srv);
+    assert_true(now_s() - t0 < 10.0);
+    /* Refused after the drain began: new joins. (The server has stopped: the transport says so.) */
+    assert_int_not_equal(join(ch, "late", 1), GA_OK);
+    ga_channel_destroy(ch);
+    ga_server_destroy(srv);
+}
+
 /* ---- the binary ---- */
 
 typedef struct child {
@@ -344,6 +493,8 @@ int main(void)
         cmocka_unit_test(test_watch_follows_the_drain),
         cmocka_unit_test(test_cancelled_watch_is_finished),
         cmocka_unit_test(test_port_in_use),
+        cmocka_unit_test(test_init_push_pull),
+        cmocka_unit_test(test_drain_ends_waiting_and_cancelled_pulls),
         cmocka_unit_test(test_binary_config_errors_exit_2),
         cmocka_unit_test(test_binary_sigterm_exits_0),
         cmocka_unit_test(test_host_memory_returned),
