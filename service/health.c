@@ -91,7 +91,7 @@ void ga_health_check(ga_health *h, ga_call *call, Grpc__Health__V1__HealthCheckR
     const char *name = req && req->service ? req->service : "";
     int i = service_index(name);
     if (i < 0) {
-        ga_call_finish(call, NULL, GA_HEALTH_UNKNOWN_SERVICE, "unknown service '%s'", name);
+        ga_call_finish(call, NULL, GA_E_UNKNOWN_SERVICE, "unknown service '%s'", name);
     } else {
         Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
         resp.status = h->status[i];

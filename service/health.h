@@ -15,10 +15,6 @@ typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus ga_serving;
 #define GA_NOT_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
 #define GA_SERVICE_UNKNOWN GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
 
-/* The ga_status an unknown service's Check finishes with. ga_status.h has no "unknown service"
- * code; this one is sent as gRPC NOT_FOUND (ga_wire.c's table), which is what the health
- * protocol asks for; the message names the service. */
-#define GA_HEALTH_UNKNOWN_SERVICE GA_E_UNKNOWN_JOB
 
 typedef struct ga_health ga_health;
 
@@ -29,7 +25,7 @@ void ga_health_set(ga_health *h, const char *service, ga_serving st);
 /* Sets every known service's status (drain: NOT_SERVING). */
 void ga_health_set_all(ga_health *h, ga_serving st);
 
-/* Check: finishes the call with the service's status, or GA_HEALTH_UNKNOWN_SERVICE. Takes req. */
+/* Check: finishes the call with the service's status, or GA_E_UNKNOWN_SERVICE. Takes req. */
 void ga_health_check(ga_health *h, ga_call *call, Grpc__Health__V1__HealthCheckRequest *req);
 /* Watch: sends the current status at once (SERVICE_UNKNOWN for an unknown name, and the call
  * stays open), then every change, until cancelled or closed. Takes req. */

@@ -158,7 +158,7 @@ static void test_health_check_and_watch(void **state)
     on_loop(NULL, NULL);
     assert_int_equal(serving_of(check2, -1), GA_SERVING);
     assert_true(unknown->finished);
-    assert_int_equal(unknown->status, GA_HEALTH_UNKNOWN_SERVICE);
+    assert_int_equal(unknown->status, GA_E_UNKNOWN_SERVICE);
     assert_int_equal(ga_wire_grpc_code(unknown->status), GRPC_STATUS_NOT_FOUND);
     assert_non_null(strstr(unknown->message, "'nope'"));
 

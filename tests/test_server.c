@@ -118,7 +118,7 @@ static void test_health_check(void **state)
 
     /* An unknown service is NOT_FOUND on the wire, with a message naming it. */
     ga_status st = check(ch, "no.such.Service", &serving, why, sizeof why);
-    assert_int_equal(st, GA_HEALTH_UNKNOWN_SERVICE);
+    assert_int_equal(st, GA_E_UNKNOWN_SERVICE);
     assert_int_equal(ga_wire_grpc_code(st), GRPC_STATUS_NOT_FOUND);
     assert_non_null(strstr(why, "no.such.Service"));
 
