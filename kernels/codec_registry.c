@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "codec_internal.h"
+#include "codec_math.h"
+#include "topk_select.h"
 
 static int finite_positive(float x) { return isfinite(x) && x > 0.0f; }
 static int unit_interval(float x) { return isfinite(x) && x > 0.0f && x <= 1.0f; }
@@ -181,4 +183,83 @@ ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_cod
     if ((n > 0 && !sum) || (len > 0 && !payload) || (uintptr_t)payload % 4 != 0) return GA_E_INVAL;
     if (row->fixed_size ? len != expect : len > expect) return GA_E_LENGTH;
     return row->decode_add[ex->backend](ex, params, (const uint8_t *)payload, len, n, sum);
+}
+
+/* ---- payload checks without a sum: the content checks each CPU decoder runs first ---- */
+
+typedef ga_status (*payload_check_fn)(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n);
+
+/* One thread: the caller is a transport thread checking one chunk among many. */
+static ga_status check_f32(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    const ga_exec ex = {GA_BACKEND_CPU, 1, GA_SIMD_AUTO, NULL};
+    return ga_all_finite_cpu(&ex, (const float *)payload, n) ? GA_OK : GA_E_NONFINITE;
+}
+
+static ga_status halves_finite(const uint8_t *payload, size_t n, uint16_t exp_mask)
+{
+    const uint16_t *h = (const uint16_t *)payload;
+    unsigned bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (h[i] & exp_mask) == exp_mask;
+    return bad ? GA_E_NONFINITE : GA_OK;
+}
+
+static ga_status check_fp16(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    return halves_finite(payload, n, 0x7C00u);
+}
+
+static ga_status check_bf16(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    return halves_finite(payload, n, 0x7F80u);
+}
+
+/* 2bit and 1bit: every bit pattern decodes; the length was checked by the caller. */
+static ga_status check_length_only(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)payload, (void)len, (void)n;
+    return GA_OK;
+}
+
+static ga_status check_1bit_scaled(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    size_t blocks = (n + GA_1BIT_SCALED_BLOCK - 1) / GA_1BIT_SCALED_BLOCK;
+    for (size_t b = 0; b < blocks; b++) {
+        float s;
+        memcpy(&s, payload + 4 * b, 4);
+        if (!ga_f32_bits_finite(ga_f32_bits(s)) || !(s >= 0.0f)) return GA_E_NONFINITE;
+    }
+    return GA_OK;
+}
+
+static ga_status check_topk(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    size_t count;
+    return ga_topk_check(p, payload, len, n, &count);
+}
+
+/* Parallel to codec_table: one row per codec. */
+static const payload_check_fn payload_checks[GA_CODEC_COUNT] = {
+    [GA_CODEC_NONE] = check_f32,
+    [GA_CODEC_FP16] = check_fp16,
+    [GA_CODEC_BF16] = check_bf16,
+    [GA_CODEC_2BIT] = check_length_only,
+    [GA_CODEC_1BIT] = check_length_only,
+    [GA_CODEC_1BIT_SCALED] = check_1bit_scaled,
+    [GA_CODEC_TOPK] = check_topk,
+};
+
+ga_status ga_codec_check_payload(ga_codec_id codec, const ga_codec_params *params, const void *payload,
+                                 size_t len, size_t n)
+{
+    size_t expect;
+    GA_CHECK(ga_codec_encoded_size(codec, params, n, &expect));
+    const ga_codec_row *row = row_of(codec);
+    if ((len > 0 && !payload) || (uintptr_t)payload % 4 != 0) return GA_E_INVAL;
+    if (row->fixed_size ? len != expect : len > expect) return GA_E_LENGTH;
+    return payload_checks[codec](params, (const uint8_t *)payload, len, n);
 }

@@ -51,7 +51,8 @@ extern "C" {
     X(E_CANCELLED, -38, "call cancelled")                                                 \
     X(E_TRANSPORT, -39, "transport error")                                                \
     X(E_CONFIG, -40, "invalid configuration")                                             \
-    X(E_IO, -41, "I/O error")
+    X(E_IO, -41, "I/O error")                                                             \
+    X(E_UNKNOWN_SERVICE, -42, "no such service")
 
 typedef enum ga_status {
 #define GA_STATUS_ENUM(name, value, msg) GA_##name = value,

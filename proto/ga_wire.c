@@ -43,6 +43,7 @@ grpc_status_code ga_wire_grpc_code(ga_status st)
     case GA_E_CUDA: return GRPC_STATUS_INTERNAL;
     case GA_E_BACKEND: return GRPC_STATUS_INTERNAL;
     case GA_E_IO: return GRPC_STATUS_INTERNAL;
+    case GA_E_UNKNOWN_SERVICE: return GRPC_STATUS_NOT_FOUND;
     /* job state */
     case GA_E_UNIMPLEMENTED: return GRPC_STATUS_UNIMPLEMENTED;
     case GA_E_UNKNOWN_JOB: return GRPC_STATUS_NOT_FOUND;

@@ -14,6 +14,7 @@ typedef struct ga_push_part {
     Gradagg__V1__PushChunk *chunk; /* owned; chunk->payload.data is 4-byte aligned */
     ga_codec_id codec;             /* parsed from chunk->codec and validated */
     ga_codec_params params;
+    uint32_t tensor;               /* the job's tensor index: set by the core when it accepts the push */
 } ga_push_part;
 
 /* One rank's gradients for one step. Header fields come from the first chunk; every later
@@ -41,6 +42,9 @@ typedef struct ga_init {
     size_t payload_bytes;
 } ga_init;
 
+/* Both add functions run on a completion-queue thread; the bundles then belong to the core
+ * (loop thread), which frees them. */
+
 /* Checks one chunk without job state and appends it. Takes chunk (freed on error too).
  * *push may be NULL (a new bundle is created). On error writes a specific message to
  * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
@@ -55,5 +59,15 @@ void ga_push_free(ga_push *push); /* NULL is a no-op */
  * values empty or exactly 4 * count bytes of finite floats. */
 ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
 void ga_init_free(ga_init *init);
+
+/* A wire Codec as (id, params): NULL reads as codec none. Errors with a message naming `what`:
+ * GA_E_CODEC (unknown id), GA_E_INVAL (topk_values/topk_indices/adapt_rounds out of range),
+ * GA_E_THRESHOLD, GA_E_RATIO. Any thread. */
+ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_codec_id *id, ga_codec_params *p,
+                             char *why, size_t why_cap);
+/* The reverse, into *w (initialised here). */
+void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w);
+/* "[3, 4]" into buf[0..cap); returns buf. */
+const char *ga_shape_text(const uint64_t *shape, size_t n, char *buf, size_t cap);
 
 #endif

@@ -1,1 +1,384 @@
-/* placeholder: not written yet */
+/* The settings table and its parser: defaults, GRADAGG_* variables, flags (see config.h).
+ * Adding a setting is one row here plus its field and key in config.h. */
+#define _POSIX_C_SOURCE 200809L /* mkdir, strnlen */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum row_type {
+    T_ADDR, /* host:port */
+    T_PATH, /* a non-empty path */
+    T_U32,  /* decimal integer in [min, max] */
+    T_U64,
+    T_ENUM, /* one of choices; stored as its index (an enum) */
+} row_type;
+
+typedef struct row {
+    const char *name;
+    const char *flag;
+    const char *env;
+    row_type type;
+    const char *def; /* parsed like any other value, so a default is valid by construction */
+    const char *help;
+    size_t offset;   /* of the field in ga_config */
+    size_t cap;      /* strings: the field's size */
+    uint64_t min, max;
+    const char *const *choices; /* NULL-terminated */
+} row;
+
+static const char *const backend_choices[] = {"cpu", "cuda", NULL};
+static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+
+#define FIELD(f) offsetof(ga_config, f)
+#define ROW_ADDR(n, e, f, d, h) {n, "--" n, e, T_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
+#define ROW_PATH(n, e, f, d, h) {n, "--" n, e, T_PATH, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
+#define ROW_U32(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U32, d, h, FIELD(f), 0, lo, hi, NULL}
+#define ROW_U64(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U64, d, h, FIELD(f), 0, lo, hi, NULL}
+#define ROW_ENUM(n, e, f, d, c, h) {n, "--" n, e, T_ENUM, d, h, FIELD(f), 0, 0, 0, c}
+
+/* Flags spell words with '-', variables with '_'; rows follow ga_config_key. */
+static const row rows[GA_CFG_KEYS] = {
+    [GA_CFG_LISTEN] = ROW_ADDR("listen", "GRADAGG_LISTEN", listen, "127.0.0.1:7070",
+                               "gRPC address, host:port ([v6]:port); port 0 picks a free one"),
+    [GA_CFG_BACKEND] = ROW_ENUM("backend", "GRADAGG_BACKEND", backend, "cpu", backend_choices,
+                                "where parameters, sums and optimizer state live"),
+    [GA_CFG_THREADS] = ROW_U32("threads", "GRADAGG_THREADS", threads, "0", 0, 4096,
+                               "OpenMP threads for the math; 0 = all cores"),
+    [GA_CFG_CQ_THREADS] = ROW_U32("cq-threads", "GRADAGG_CQ_THREADS", cq_threads, "2", 1, 64,
+                                  "gRPC completion-queue threads"),
+    [GA_CFG_MAX_MESSAGE_MB] = ROW_U32("max-message-mb", "GRADAGG_MAX_MESSAGE_MB", max_message_mb, "64", 1, 1024,
+                                      "largest gRPC message received or sent, MiB"),
+    [GA_CFG_MAX_STREAM_MB] = ROW_U32("max-stream-mb", "GRADAGG_MAX_STREAM_MB", max_stream_mb, "4096", 1, 1u << 24,
+                                     "payload one Push or InitTensors stream may carry, MiB"),
+    [GA_CFG_MAX_MEMORY_MB] = ROW_U64("max-memory-mb", "GRADAGG_MAX_MEMORY_MB", max_memory_mb, "16384", 16, 1ull << 24,
+                                     "memory for parameters, state and buffered payloads, all jobs, MiB"),
+    [GA_CFG_MAX_JOBS] = ROW_U32("max-jobs", "GRADAGG_MAX_JOBS", max_jobs, "64", 1, 1000000, "jobs at once"),
+    [GA_CFG_MAX_TENSORS] = ROW_U32("max-tensors", "GRADAGG_MAX_TENSORS", max_tensors, "4096", 1, 1000000,
+                                   "tensors per job"),
+    [GA_CFG_PULL_CHUNK_KB] = ROW_U32("pull-chunk-kb", "GRADAGG_PULL_CHUNK_KB", pull_chunk_kb, "1024", 4, 1u << 20,
+                                     "payload per PullChunk message, KiB"),
+    [GA_CFG_DEADLINE_MS] = ROW_U32("deadline-ms", "GRADAGG_DEADLINE_MS", deadline_ms, "0", 0, 86400000,
+                                   "straggler deadline after a step's first commit when a job sets none; 0 = wait "
+                                   "for every rank"),
+    [GA_CFG_QUORUM] = ROW_U32("quorum", "GRADAGG_QUORUM", quorum, "0", 0, 1000000,
+                              "ranks that close a step at the deadline when a job sets none; 0 = world size"),
+    [GA_CFG_MEMBER_LEASE_MS] = ROW_U32("member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", member_lease_ms, "10000", 100,
+                                       86400000, "a member silent this long is dropped"),
+    [GA_CFG_DATA_DIR] = ROW_PATH("data-dir", "GRADAGG_DATA_DIR", data_dir, "./gradagg-data",
+                                 "checkpoint directory; created if missing"),
+    [GA_CFG_DRAIN_DELAY_MS] = ROW_U32("drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", drain_delay_ms, "0", 0, 600000,
+                                      "on SIGTERM, NOT_SERVING is visible this long before the drain (2000 suits "
+                                      "Kubernetes)"),
+    [GA_CFG_SHUTDOWN_GRACE_MS] = ROW_U32("shutdown-grace-ms", "GRADAGG_SHUTDOWN_GRACE_MS", shutdown_grace_ms, "5000",
+                                         0, 600000, "calls still open this long after the drain are cancelled"),
+    [GA_CFG_LOG_LEVEL] = ROW_ENUM("log-level", "GRADAGG_LOG_LEVEL", log_level, "info", level_choices,
+                                  "log lines up to this level"),
+};
+
+/* T_ENUM rows store the choice's index through an int. */
+_Static_assert(sizeof(ga_backend) == sizeof(int) && sizeof(ga_log_level) == sizeof(int), "enum fields are ints");
+
+static const char *const source_names[] = {"default", "env", "flag"};
+
+/* Framing a PullChunk adds to its payload, kept free below the message limit. */
+#define PULL_FRAMING_KB 64u
+
+static void say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t cap, const char *fmt, ...)
+{
+    if (!why || cap == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* "host:port with the port in [0, 65535]", "an integer in [1, 64]", "one of cpu|cuda". */
+static void describe(const row *r, char *buf, size_t cap)
+{
+    switch (r->type) {
+    case T_ADDR: snprintf(buf, cap, "host:port with the port in [0, 65535]"); break;
+    case T_PATH: snprintf(buf, cap, "a non-empty path below %zu bytes", r->cap); break;
+    case T_U32:
+    case T_U64: snprintf(buf, cap, "an integer in [%" PRIu64 ", %" PRIu64 "]", r->min, r->max); break;
+    case T_ENUM: {
+        size_t n = 0;
+        buf[0] = '\0';
+        for (const char *const *c = r->choices; *c && n < cap; c++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", c == r->choices ? "one of " : "|", *c);
+        break;
+    }
+    }
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    if (!*s) return false;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool valid_addr(const char *s, size_t cap)
+{
+    size_t len = strnlen(s, cap);
+    if (len == 0 || len >= cap) return false;
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s) return false;
+    for (const char *p = s; p < colon; p++)
+        if (*p == ' ' || *p == '\t' || *p == '/') return false;
+    if (s[0] == '[' && colon[-1] != ']') return false; /* [v6]:port */
+    if (s[0] == '[' && colon - s < 3) return false;
+    if (s[0] != '[' && memchr(s, ':', (size_t)(colon - s))) return false; /* bare v6 needs [] */
+    uint64_t port;
+    return parse_u64(colon + 1, &port) && port <= 65535;
+}
+
+/* Parses `text` for row r and stores it in cfg; false (nothing stored) when it is not valid. */
+static bool set_value(ga_config *cfg, const row *r, const char *text)
+{
+    char *field = (char *)cfg + r->offset;
+    uint64_t v;
+    switch (r->type) {
+    case T_ADDR:
+        if (!valid_addr(text, r->cap)) return false;
+        memcpy(field, text, strlen(text) + 1);
+        return true;
+    case T_PATH: {
+        size_t len = strnlen(text, r->cap);
+        if (len == 0 || len >= r->cap) return false;
+        memcpy(field, text, len + 1);
+        return true;
+    }
+    case T_U32:
+        if (!parse_u64(text, &v) || v < r->min || v > r->max) return false;
+        *(uint32_t *)(void *)field = (uint32_t)v;
+        return true;
+    case T_U64:
+        if (!parse_u64(text, &v) || v < r->min || v > r->max) return false;
+        *(uint64_t *)(void *)field = v;
+        return true;
+    case T_ENUM:
+        for (int i = 0; r->choices[i]; i++) {
+            if (strcmp(text, r->choices[i]) == 0) {
+                /* Both enum fields (ga_backend, ga_log_level) are int-sized enums. */
+                *(int *)(void *)field = i;
+                return true;
+            }
+        }
+        return false;
+    }
+    return false;
+}
+
+static void format_value(const ga_config *cfg, const row *r, char *buf, size_t cap)
+{
+    const char *field = (const char *)cfg + r->offset;
+    switch (r->type) {
+    case T_ADDR:
+    case T_PATH: snprintf(buf, cap, "%s", field); break;
+    case T_U32: snprintf(buf, cap, "%" PRIu32, *(const uint32_t *)(const void *)field); break;
+    case T_U64: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field); break;
+    case T_ENUM: {
+        int i = *(const int *)(const void *)field;
+        snprintf(buf, cap, "%s", r->choices[i]);
+        break;
+    }
+    }
+}
+
+void ga_config_defaults(ga_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (int k = 0; k < GA_CFG_KEYS; k++) {
+        bool ok = set_value(cfg, &rows[k], rows[k].def);
+        (void)ok; /* tests/test_config.c checks every default parses */
+        cfg->source[k] = GA_CONFIG_DEFAULT;
+    }
+}
+
+static const char *env_lookup(char *const envp[], const char *name)
+{
+    if (!envp) return NULL;
+    size_t n = strlen(name);
+    for (char *const *e = envp; *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+static ga_status refuse(const row *r, ga_config_source src, const char *text, char *why, size_t cap)
+{
+    char accepted[160];
+    describe(r, accepted, sizeof accepted);
+    if (src == GA_CONFIG_ENV)
+        say(why, cap, "invalid %s='%s' (flag %s): expected %s", r->env, text, r->flag, accepted);
+    else
+        say(why, cap, "invalid %s '%s' (variable %s): expected %s", r->flag, text, r->env, accepted);
+    return GA_E_CONFIG;
+}
+
+/* Settings that are valid alone but not together. */
+static bool check_combined(const ga_config *c, char *why, size_t cap)
+{
+    if ((uint64_t)c->pull_chunk_kb + PULL_FRAMING_KB > (uint64_t)c->max_message_mb * 1024u) {
+        say(why, cap,
+            "invalid --pull-chunk-kb %" PRIu32 " (variable GRADAGG_PULL_CHUNK_KB): expected at most "
+            "--max-message-mb * 1024 - %u = %" PRIu64 " KiB",
+            c->pull_chunk_kb, PULL_FRAMING_KB, (uint64_t)c->max_message_mb * 1024u - PULL_FRAMING_KB);
+        return false;
+    }
+    if (c->max_stream_mb > c->max_memory_mb) {
+        say(why, cap,
+            "invalid --max-stream-mb %" PRIu32 " (variable GRADAGG_MAX_STREAM_MB): expected at most "
+            "--max-memory-mb = %" PRIu64,
+            c->max_stream_mb, c->max_memory_mb);
+        return false;
+    }
+    if (c->backend == GA_BACKEND_CUDA && !ga_cuda_built()) {
+        say(why, cap, "invalid --backend cuda (variable GRADAGG_BACKEND): this build has no CUDA; expected cpu");
+        return false;
+    }
+    return true;
+}
+
+static const row *row_by_flag(const char *arg, size_t len)
+{
+    for (int k = 0; k < GA_CFG_KEYS; k++)
+        if (strlen(rows[k].flag) == len && strncmp(rows[k].flag, arg, len) == 0) return &rows[k];
+    return NULL;
+}
+
+ga_status ga_config_parse(ga_config *cfg, ga_config_action *action, int argc, char *const argv[],
+                          char *const envp[], char *why, size_t why_cap)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            *action = GA_CONFIG_HELP; /* help wins over everything else on the line */
+            return GA_OK;
+        }
+    }
+
+    ga_config c;
+    ga_config_defaults(&c);
+    ga_config_action act = GA_CONFIG_RUN;
+
+    for (int k = 0; k < GA_CFG_KEYS; k++) {
+        const char *v = env_lookup(envp, rows[k].env);
+        if (!v) continue;
+        if (!set_value(&c, &rows[k], v)) return refuse(&rows[k], GA_CONFIG_ENV, v, why, why_cap);
+        c.source[k] = GA_CONFIG_ENV;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--print-config") == 0) {
+            act = GA_CONFIG_PRINT;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            say(why, why_cap, "unexpected argument '%s' (settings are --name value; see --help)", arg);
+            return GA_E_CONFIG;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const row *r = row_by_flag(arg, name_len);
+        if (!r) {
+            say(why, why_cap, "unknown option '%.*s' (see --help)", (int)name_len, arg);
+            return GA_E_CONFIG;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (!v) {
+            if (i + 1 >= argc) {
+                say(why, why_cap, "option %s needs a value", r->flag);
+                return GA_E_CONFIG;
+            }
+            v = argv[++i];
+        }
+        if (!set_value(&c, r, v)) return refuse(r, GA_CONFIG_FLAG, v, why, why_cap);
+        c.source[r - rows] = GA_CONFIG_FLAG;
+    }
+
+    if (!check_combined(&c, why, why_cap)) return GA_E_CONFIG;
+    *cfg = c;
+    *action = act;
+    return GA_OK;
+}
+
+void ga_config_print_help(FILE *f)
+{
+    fprintf(f,
+            "Usage: gradagg-server [--name value | --name=value]... [--print-config] [--help]\n"
+            "Every setting is a flag and a GRADAGG_* environment variable: a flag wins over the\n"
+            "variable, which wins over the default. --print-config prints the resolved values and exits.\n\n");
+    for (int k = 0; k < GA_CFG_KEYS; k++) {
+        const row *r = &rows[k];
+        char accepted[160];
+        describe(r, accepted, sizeof accepted);
+        fprintf(f, "  %-22s %-27s default %s\n      %s\n      accepts %s\n", r->flag, r->env, r->def, r->help,
+                accepted);
+    }
+}
+
+void ga_config_print(const ga_config *cfg, FILE *f)
+{
+    for (int k = 0; k < GA_CFG_KEYS; k++) {
+        char v[GA_CONFIG_PATH_MAX];
+        format_value(cfg, &rows[k], v, sizeof v);
+        fprintf(f, "%-18s %-24s (%s)\n", rows[k].name, v, source_names[cfg->source[k]]);
+    }
+}
+
+void ga_config_log(const ga_config *cfg)
+{
+    for (int k = 0; k < GA_CFG_KEYS; k++) {
+        char v[GA_CONFIG_PATH_MAX];
+        format_value(cfg, &rows[k], v, sizeof v);
+        ga_log(GA_LOG_INFO, "config %-18s %-24s (%s)", rows[k].name, v, source_names[cfg->source[k]]);
+    }
+}
+
+const char *ga_config_backend_name(ga_backend b)
+{
+    return (unsigned)b < GA_BACKENDS ? backend_choices[b] : "?";
+}
+
+void ga_config_listen_host(const ga_config *cfg, char *buf, size_t cap)
+{
+    const char *colon = strrchr(cfg->listen, ':');
+    size_t n = colon ? (size_t)(colon - cfg->listen) : strlen(cfg->listen);
+    snprintf(buf, cap, "%.*s", (int)n, cfg->listen);
+}
+
+ga_status ga_config_make_data_dir(const ga_config *cfg, char *why, size_t why_cap)
+{
+    char path[GA_CONFIG_PATH_MAX];
+    snprintf(path, sizeof path, "%s", cfg->data_dir);
+    /* mkdir -p: each prefix ending before a '/', then the whole path. */
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0750) != 0 && errno != EEXIST) {
+            say(why, why_cap, "cannot create --data-dir %s: %s", path, strerror(errno));
+            return GA_E_IO;
+        }
+        *p = saved;
+        if (saved == '\0') break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        say(why, why_cap, "--data-dir %s is not a directory", path);
+        return GA_E_IO;
+    }
+    return GA_OK;
+}

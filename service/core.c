@@ -1,1 +1,362 @@
-/* placeholder: not written yet */
+/* The core's life cycle and its small handlers: create/destroy, Join, Leave, Status, cancel
+ * and drain (core.h). Pushes, inits and pulls live in core_push.c, core_init.c, core_pull.c. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core_internal.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+#define MAX_JOB_NAME 255u
+
+/* ---- create / destroy ---- */
+
+ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **out)
+{
+    ga_core_options o = GA_CORE_OPTIONS_INIT;
+    if (!opt || !loop || !out) return GA_E_INVAL;
+    /* Callers built against an older, shorter struct keep the defaults of the newer fields. */
+    size_t known = offsetof(ga_core_options, default_quorum) + sizeof o.default_quorum;
+    if (opt->version < known) return GA_E_CONFIG;
+    memcpy(&o, opt, opt->version < sizeof o ? opt->version : sizeof o);
+    o.version = sizeof o;
+    if (o.max_jobs == 0 || o.max_tensors == 0 || o.threads < 0 || o.pull_chunk_bytes < 4 * GA_STORE_PIECE_ALIGN ||
+        o.pull_chunk_bytes > ((size_t)1 << 30))
+        return GA_E_CONFIG;
+    ga_exec ex = {o.backend, 0, GA_SIMD_AUTO, NULL};
+    ga_status st = ga_exec_usable(&ex);
+    if (st == GA_E_BACKEND || st == GA_E_INVAL) return GA_E_CONFIG;
+    if (st != GA_OK) return st;
+    ga_core *c = ga_calloc(1, sizeof *c);
+    if (!c) return GA_E_NOMEM;
+    c->opt = o;
+    c->loop = loop;
+    *out = c;
+    return GA_OK;
+}
+
+void ga_core_destroy(ga_core *c)
+{
+    if (!c) return;
+    for (size_t i = 0; i < c->njobs; i++) {
+        ga_job *job = c->jobs[i];
+        /* Every call handed in is finished once, even one still waiting here. */
+        ga_core_pulls_end(job, GA_E_DRAINING, "the server is shutting down");
+        uv_timer_stop(job->timer);
+        ga_job_destroy(job);
+    }
+    ga_free(c->jobs);
+    ga_free(c);
+}
+
+/* ---- helpers ---- */
+
+ga_job *ga_core_job(ga_core *c, const char *name)
+{
+    if (!name) return NULL;
+    for (size_t i = 0; i < c->njobs; i++)
+        if (strcmp(c->jobs[i]->name, name) == 0) return c->jobs[i];
+    return NULL;
+}
+
+uint64_t ga_core_bytes(const ga_core *c)
+{
+    uint64_t total = c->held_bytes;
+    for (size_t i = 0; i < c->njobs; i++) total += c->jobs[i]->store_bytes;
+    return total;
+}
+
+void ga_core_touch(ga_core *c, ga_job *job, uint32_t rank)
+{
+    if (rank < job->world) job->members[rank].active_ms = uv_now(c->loop);
+}
+
+void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...)
+{
+    if (job->fault != GA_OK) return; /* the first failure is the one to report */
+    char msg[240];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    job->fault = st;
+    snprintf(job->fault_why, sizeof job->fault_why, "job '%.60s' failed: %s", job->name, msg);
+    ga_core_pulls_end(job, st, job->fault_why);
+}
+
+static bool all_idle(const ga_core *c)
+{
+    for (size_t i = 0; i < c->njobs; i++)
+        if (!ga_taskq_idle(&c->jobs[i]->tasks)) return false;
+    return true;
+}
+
+static void drain_finish(ga_core *c)
+{
+    if (!c->draining || c->drained || !all_idle(c)) return;
+    c->drained = true;
+    for (size_t i = 0; i < c->njobs; i++)
+        ga_core_pulls_end(c->jobs[i], GA_E_DRAINING, "the server is shutting down; this version will not be published");
+    c->drain_done(c->drain_arg);
+}
+
+void ga_core_job_idle(void *arg)
+{
+    ga_job *job = arg;
+    drain_finish(job->core);
+}
+
+/* ---- Join ---- */
+
+static void tensor_infos(const ga_job *job, Gradagg__V1__TensorInfo *infos, Gradagg__V1__TensorInfo **ptrs,
+                         size_t *count)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < job->ntensors; i++) {
+        const ga_tensor *t = &job->tensors[i];
+        if (!t->ready) continue;
+        gradagg__v1__tensor_info__init(&infos[k]);
+        infos[k].name = t->name;
+        infos[k].n_shape = t->ndim;
+        infos[k].shape = t->shape;
+        infos[k].elements = t->elements;
+        ptrs[k] = &infos[k];
+        k++;
+    }
+    *count = k;
+}
+
+static ga_status create_job(ga_core *c, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
+{
+    ga_job_settings set;
+    GA_CHECK(ga_job_settings_from(req->config, &c->opt, &set, why, GA_WHY_CAP));
+    if (req->rank >= set.world) {
+        snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
+        return GA_E_RANK;
+    }
+    if (c->njobs >= c->opt.max_jobs) {
+        snprintf(why, GA_WHY_CAP, "the server holds %zu jobs, the most it allows (max_jobs); job '%s' not created",
+                 c->njobs, req->job);
+        return GA_E_LIMIT;
+    }
+    if (c->njobs == c->jobs_cap) {
+        size_t ncap = c->jobs_cap ? 2 * c->jobs_cap : 8;
+        ga_job **jobs = ga_malloc(ncap * sizeof *jobs);
+        if (!jobs) {
+            snprintf(why, GA_WHY_CAP, "out of memory creating job '%s'", req->job);
+            return GA_E_NOMEM;
+        }
+        if (c->njobs) memcpy(jobs, c->jobs, c->njobs * sizeof *jobs);
+        ga_free(c->jobs);
+        c->jobs = jobs;
+        c->jobs_cap = ncap;
+    }
+    ga_job *job;
+    GA_CHECK(ga_job_create(c, c->loop, req->job, req->config, &set, &job, why, GA_WHY_CAP));
+    job->tasks.idle = ga_core_job_idle;
+    job->tasks.idle_arg = job;
+    c->jobs[c->njobs++] = job;
+    *out = job;
+    return GA_OK;
+}
+
+/* Takes rank for `incarnation`: GA_E_RANK_HELD while another live holder has it. */
+static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t incarnation, char *why)
+{
+    ga_member *m = &job->members[rank];
+    uint64_t now = uv_now(c->loop);
+    if (m->incarnation == incarnation) {
+        m->left = false; /* re-joining, or coming back after a Leave */
+    } else {
+        uint64_t idle = now - m->active_ms;
+        if (m->incarnation != 0 && !m->left && (m->pulls_waiting > 0 || idle < c->opt.member_lease_ms)) {
+            snprintf(why, GA_WHY_CAP,
+                     "rank %u of job '%s' is held by incarnation %" PRIu64 ", active %" PRIu64
+                     " ms ago (lease %u ms%s)",
+                     rank, job->name, m->incarnation, m->pulls_waiting ? 0 : idle, c->opt.member_lease_ms,
+                     m->pulls_waiting ? ", waiting in a pull" : "");
+            return GA_E_RANK_HELD;
+        }
+        if (m->incarnation != 0) {
+            memmove(&m->replaced[1], &m->replaced[0], (GA_JOB_REPLACED - 1) * sizeof m->replaced[0]);
+            m->replaced[0] = m->incarnation;
+        }
+        m->incarnation = incarnation;
+        m->left = false;
+        /* Async duplicates are told apart by the worker's own step counter, which restarts. */
+        if (job->async) m->has_pushed = false, m->last_step = 0, m->commit_mask = 0;
+    }
+    m->active_ms = now;
+    if (!job->async && ga_step_reinclude(&job->step, rank)) ga_core_step_advance(job);
+    return GA_OK;
+}
+
+void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
+{
+    char why[GA_WHY_CAP];
+    ga_status st = GA_OK;
+    ga_job *job = NULL;
+    if (!req->job || !req->job[0]) {
+        st = GA_E_INVAL;
+        snprintf(why, sizeof why, "job name is empty");
+    } else if (strlen(req->job) > MAX_JOB_NAME) {
+        st = GA_E_INVAL;
+        snprintf(why, sizeof why, "job name longer than %u bytes", MAX_JOB_NAME);
+    } else if (req->incarnation == 0) {
+        st = GA_E_INVAL;
+        snprintf(why, sizeof why, "incarnation is 0 (must be nonzero; a restarted worker uses a new one)");
+    } else if (c->draining) {
+        st = GA_E_DRAINING;
+        snprintf(why, sizeof why, "the server is shutting down: no new joins");
+    }
+    if (st != GA_OK) goto done;
+    job = ga_core_job(c, req->job);
+    if (!job) {
+        GA_CHECK_GOTO(create_job(c, req, &job, why), st, done);
+    } else {
+        char path[96];
+        if (ga_job_config_diff(job->config, req->config, path, sizeof path)) {
+            st = GA_E_JOB_CONFIG;
+            snprintf(why, sizeof why, "job '%s' exists with a different config: field %s differs", job->name, path);
+            goto done;
+        }
+        if (req->rank >= job->world) {
+            st = GA_E_RANK;
+            snprintf(why, sizeof why, "rank %u outside [0, %u) of job '%s'", req->rank, job->world, job->name);
+            goto done;
+        }
+    }
+    if (job->fault != GA_OK) {
+        st = job->fault;
+        snprintf(why, sizeof why, "%s", job->fault_why);
+        goto done;
+    }
+    GA_CHECK_GOTO(take_rank(c, job, req->rank, req->incarnation, why), st, done);
+
+    Gradagg__V1__JoinResponse resp = GRADAGG__V1__JOIN_RESPONSE__INIT;
+    Gradagg__V1__TensorInfo *infos = ga_malloc((job->ntensors + 1) * sizeof *infos);
+    Gradagg__V1__TensorInfo **ptrs = ga_malloc((job->ntensors + 1) * sizeof *ptrs);
+    if (!infos || !ptrs) {
+        ga_free(infos), ga_free(ptrs);
+        st = GA_E_NOMEM;
+        snprintf(why, sizeof why, "out of memory answering the join");
+        goto done;
+    }
+    resp.version = job->version;
+    resp.open_step = job->async ? job->version : job->step.step;
+    resp.world_size = job->world;
+    tensor_infos(job, infos, ptrs, &resp.n_tensors);
+    resp.tensors = ptrs;
+    ga_call_finish(call, &resp.base, GA_OK, NULL);
+    ga_free(infos), ga_free(ptrs);
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+    return;
+done:
+    ga_call_finish(call, NULL, st, "%s", why);
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+}
+
+/* ---- Leave ---- */
+
+void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
+{
+    char why[GA_WHY_CAP];
+    ga_status st = GA_OK;
+    ga_job *job = ga_core_job(c, req->job);
+    if (!job) {
+        st = GA_E_UNKNOWN_JOB;
+        snprintf(why, sizeof why, "job '%s' does not exist", req->job ? req->job : "");
+        goto done;
+    }
+    if (req->rank < job->world) {
+        ga_member *m = &job->members[req->rank];
+        if (m->incarnation == req->incarnation && req->incarnation != 0 && m->left) goto ok; /* said twice */
+    }
+    GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, done);
+    job->members[req->rank].left = true;
+    ga_core_touch(c, job, req->rank);
+    if (!job->async && job->fault == GA_OK) {
+        ga_step_exclude(&job->step, req->rank);
+        ga_core_step_advance(job);
+        ga_core_step_try_close(job);
+    }
+ok:;
+    Gradagg__V1__LeaveResponse resp = GRADAGG__V1__LEAVE_RESPONSE__INIT;
+    ga_call_finish(call, &resp.base, GA_OK, NULL);
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+    return;
+done:
+    ga_call_finish(call, NULL, st, "%s", why);
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+}
+
+/* ---- Status ---- */
+
+void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req)
+{
+    ga_job *job = ga_core_job(c, req->job);
+    if (!job) {
+        ga_call_finish(call, NULL, GA_E_UNKNOWN_JOB, "job '%s' does not exist", req->job ? req->job : "");
+        protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+        return;
+    }
+    Gradagg__V1__StatusResponse resp = GRADAGG__V1__STATUS_RESPONSE__INIT;
+    Gradagg__V1__MemberStatus *ms = ga_malloc(job->world * sizeof *ms);
+    Gradagg__V1__MemberStatus **mp = ga_malloc(job->world * sizeof *mp);
+    Gradagg__V1__TensorInfo *infos = ga_malloc((job->ntensors + 1) * sizeof *infos);
+    Gradagg__V1__TensorInfo **tp = ga_malloc((job->ntensors + 1) * sizeof *tp);
+    if (!ms || !mp || !infos || !tp) {
+        ga_call_finish(call, NULL, GA_E_NOMEM, "out of memory answering the status of job '%s'", job->name);
+        goto out;
+    }
+    resp.job = job->name;
+    resp.config = job->config;
+    resp.version = job->version;
+    resp.open_step = job->async ? job->version : job->step.step;
+    resp.committed = job->async ? 0 : job->step.committed;
+    for (uint32_t r = 0; r < job->world; r++) {
+        const ga_member *m = &job->members[r];
+        gradagg__v1__member_status__init(&ms[r]);
+        ms[r].rank = r;
+        ms[r].incarnation = m->incarnation;
+        ms[r].joined = m->incarnation != 0 && !m->left;
+        ms[r].has_pushed = m->has_pushed;
+        ms[r].last_step = m->last_step;
+        mp[r] = &ms[r];
+    }
+    resp.n_members = job->world;
+    resp.members = mp;
+    tensor_infos(job, infos, tp, &resp.n_tensors);
+    resp.tensors = tp;
+    resp.late_pushes = job->late_pushes;
+    resp.deadline_closes = job->deadline_closes;
+    resp.duplicate_pushes = job->duplicate_pushes;
+    resp.steps = job->steps;
+    resp.accumulate_seconds = job->accumulate_seconds;
+    resp.apply_seconds = job->apply_seconds;
+    ga_call_finish(call, &resp.base, GA_OK, NULL);
+out:
+    ga_free(ms), ga_free(mp), ga_free(infos), ga_free(tp);
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+}
+
+/* ---- cancel / drain ---- */
+
+void ga_core_cancel(ga_core *c, ga_call *call) { ga_core_pull_cancel(c, call); }
+
+void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
+{
+    if (c->draining) return;
+    c->draining = true;
+    c->drain_done = done;
+    c->drain_arg = arg;
+    for (size_t i = 0; i < c->njobs; i++) {
+        ga_job *job = c->jobs[i];
+        uv_timer_stop(job->timer);
+        if (!job->async && job->fault == GA_OK && job->step.committed > 0) ga_core_step_close(job, false);
+    }
+    drain_finish(c);
+}

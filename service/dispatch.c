@@ -1,1 +1,175 @@
-/* placeholder: not written yet */
+/* gradagg's transport handlers (see dispatch.h). Every call that reaches the loop is handed to
+ * exactly one owner there (core or health), which finishes it; a call that cannot be posted is
+ * finished here with the reason. */
+#include "dispatch.h"
+
+#include <stdio.h>
+
+#include "ga_alloc.h"
+#include "ga_wire.h"
+#include "log.h"
+
+struct ga_dispatch {
+    ga_rpc_handlers handlers; /* ctx = this */
+    ga_loop *loop;
+    ga_core *core;
+    ga_health *health;
+    size_t max_stream_bytes;
+};
+
+/* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
+typedef struct job {
+    ga_dispatch *d;
+    ga_call *call;
+    ga_method_id method;
+    void *payload; /* ProtobufCMessage * (request), ga_push * / ga_init * (stream end), NULL (cancel) */
+} job;
+
+static void free_payload(ga_method_id m, void *payload)
+{
+    if (!payload) return;
+    if (m == GA_METHOD_PUSH) ga_push_free(payload);
+    else if (m == GA_METHOD_INIT) ga_init_free(payload);
+    else protobuf_c_message_free_unpacked(payload, &ga_wire_allocator);
+}
+
+/* Posts fn(job) to the loop. When that fails the call is finished here (ga_call_finish is
+ * any-thread) and the payload freed: the loop will never see it. */
+static void post(ga_dispatch *d, ga_call *call, ga_method_id m, void *payload, void (*fn)(void *))
+{
+    job *j = ga_malloc(sizeof *j);
+    ga_status st = GA_E_NOMEM;
+    if (j) {
+        *j = (job){d, call, m, payload};
+        st = ga_loop_post(d->loop, fn, j);
+        if (st == GA_OK) return;
+        ga_free(j);
+    }
+    free_payload(m, payload);
+    if (call) ga_call_finish(call, NULL, st, NULL);
+}
+
+/* ---- on the loop thread ---- */
+
+static void run_request(void *arg)
+{
+    job *j = arg;
+    ga_dispatch *d = j->d;
+    switch (j->method) {
+    case GA_METHOD_JOIN: ga_core_join(d->core, j->call, j->payload); break;
+    case GA_METHOD_LEAVE: ga_core_leave(d->core, j->call, j->payload); break;
+    case GA_METHOD_PULL: ga_core_pull(d->core, j->call, j->payload); break;
+    case GA_METHOD_STATUS: ga_core_status(d->core, j->call, j->payload); break;
+    case GA_METHOD_HEALTH_CHECK: ga_health_check(d->health, j->call, j->payload); break;
+    case GA_METHOD_HEALTH_WATCH: ga_health_watch(d->health, j->call, j->payload); break;
+    case GA_METHOD_PUSH: ga_core_push(d->core, j->call, j->payload); break;
+    case GA_METHOD_INIT: ga_core_init(d->core, j->call, j->payload); break;
+    default:
+        free_payload(j->method, j->payload);
+        ga_call_finish(j->call, NULL, GA_E_UNIMPLEMENTED, NULL);
+        break;
+    }
+    ga_free(j);
+}
+
+static void run_cancel(void *arg)
+{
+    job *j = arg;
+    /* A posted cancel runs before any later request, so a call that was finished (and its
+     * address perhaps reused) in between is simply unknown to both owners. */
+    if (!ga_health_cancel(j->d->health, j->call)) ga_core_cancel(j->d->core, j->call);
+    ga_free(j);
+}
+
+/* ---- on completion-queue threads ---- */
+
+static void on_request(void *ctx, ga_call *call, ga_method_id method, ProtobufCMessage *msg)
+{
+    if (method >= GA_METHODS || ga_methods[method].kind == GA_RPC_CLIENT_STREAM) {
+        /* run_request reads a client stream's payload as a bundle, never as a message. */
+        protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+        ga_call_finish(call, NULL, GA_E_UNIMPLEMENTED, NULL);
+        return;
+    }
+    post(ctx, call, method, msg, run_request);
+}
+
+static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method, ProtobufCMessage *msg,
+                                   void **stream, char *why, size_t why_cap)
+{
+    ga_dispatch *d = ctx;
+    (void)call;
+    switch (method) {
+    case GA_METHOD_PUSH:
+        return ga_push_add((ga_push **)stream, (Gradagg__V1__PushChunk *)msg, d->max_stream_bytes, why, why_cap);
+    case GA_METHOD_INIT:
+        return ga_init_add((ga_init **)stream, (Gradagg__V1__InitChunk *)msg, d->max_stream_bytes, why, why_cap);
+    default:
+        protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+        snprintf(why, why_cap, "%s is not a client stream", ga_methods[method].path);
+        return GA_E_UNIMPLEMENTED;
+    }
+}
+
+static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *stream)
+{
+    if (!stream) {
+        /* No chunk: no job, rank or step to commit against; nothing for the core to judge. */
+        ga_call_finish(call, NULL, GA_E_INVAL, "%s stream ended without a chunk", ga_methods[method].name);
+        return;
+    }
+    post(ctx, call, method, stream, run_request);
+}
+
+static void on_stream_abort(void *ctx, ga_method_id method, void *stream)
+{
+    (void)ctx;
+    free_payload(method, stream);
+}
+
+static void on_cancel(void *ctx, ga_call *call)
+{
+    ga_dispatch *d = ctx;
+    job *j = ga_malloc(sizeof *j);
+    ga_status st = GA_E_NOMEM;
+    if (j) {
+        *j = (job){d, call, GA_METHODS, NULL};
+        st = ga_loop_post(d->loop, run_cancel, j);
+        if (st == GA_OK) return;
+        ga_free(j);
+    }
+    /* The call stays with its owner, which finishes it when its wait ends (a pull's version,
+     * a watch at shutdown); only the early release is lost. */
+    ga_log(GA_LOG_WARN, "dispatch: cannot post a cancel: %s", ga_strerror(st));
+}
+
+ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
+                             ga_dispatch **out)
+{
+    ga_dispatch *d = ga_calloc(1, sizeof *d);
+    if (!d) return GA_E_NOMEM;
+    d->handlers = (ga_rpc_handlers){
+        .ctx = d,
+        .on_request = on_request,
+        .on_stream_message = on_stream_message,
+        .on_stream_end = on_stream_end,
+        .on_stream_abort = on_stream_abort,
+        .on_cancel = on_cancel,
+    };
+    d->loop = loop;
+    d->core = core;
+    d->health = health;
+    d->max_stream_bytes = max_stream_bytes;
+    *out = d;
+    return GA_OK;
+}
+
+const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d)
+{
+    return &d->handlers;
+}
+
+void ga_dispatch_destroy(ga_dispatch *d)
+{
+    ga_free(d);
+}

@@ -14,7 +14,7 @@ ga_status ga_loop_create(ga_loop **out);
 /* The libuv loop, for timers and uv_queue_work. Loop thread only. */
 uv_loop_t *ga_loop_uv(ga_loop *l);
 /* Runs fn(arg) on the loop thread, in posting order. Any thread; never blocks for long.
- * Returns GA_E_NOMEM (fn will not run) or GA_OK. */
+ * Returns GA_OK, or GA_E_NOMEM / GA_E_DRAINING (after ga_loop_stop): then fn will not run. */
 ga_status ga_loop_post(ga_loop *l, void (*fn)(void *arg), void *arg);
 /* Runs the loop on the calling thread until ga_loop_stop. */
 void ga_loop_run(ga_loop *l);

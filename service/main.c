@@ -1,2 +1,51 @@
-/* placeholder: not written yet */
-int main(void) { return 1; }
+/* gradagg-server: resolve the config (exit 2 when it is invalid), start, serve until SIGTERM or
+ * SIGINT has drained the server, exit 0. */
+#include <stdio.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+
+extern char **environ;
+
+int main(int argc, char **argv)
+{
+    ga_config cfg;
+    ga_config_action action;
+    char why[512];
+    if (ga_config_parse(&cfg, &action, argc, argv, environ, why, sizeof why) != GA_OK) {
+        fprintf(stderr, "gradagg-server: %s\n", why);
+        return 2;
+    }
+    if (action == GA_CONFIG_HELP) {
+        ga_config_print_help(stdout);
+        return 0;
+    }
+    if (action == GA_CONFIG_PRINT) {
+        ga_config_print(&cfg, stdout);
+        return 0;
+    }
+
+    ga_config_log(&cfg); /* always, whatever the level: the operator's record of this start */
+    ga_log_set_level(cfg.log_level);
+    cfg.install_signals = true;
+
+    ga_server *server;
+    ga_status st = ga_server_start(&cfg, &server);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "cannot start on %s: %s (%s)", cfg.listen, ga_strerror(st), ga_status_name(st));
+        return 1;
+    }
+    char host[GA_CONFIG_LISTEN_MAX];
+    ga_config_listen_host(&cfg, host, sizeof host);
+    int port = ga_server_port(server);
+    ga_log(GA_LOG_INFO, "listening on %s:%d backend=%s", host, port, ga_config_backend_name(cfg.backend));
+    /* The line tests and scripts read the port from (listen ...:0). */
+    printf("gradagg-server: listening on %s:%d\n", host, port);
+    fflush(stdout);
+
+    ga_server_wait(server);
+    ga_server_destroy(server);
+    ga_log(GA_LOG_INFO, "exit 0");
+    return 0;
+}

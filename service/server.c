@@ -1,1 +1,322 @@
-/* placeholder: not written yet */
+/* gradagg-server assembled (see server.h). After start, everything but the start handshake and
+ * the loop thread's join lives on the loop thread: the core, health, the timers, the signals and
+ * every step of the shutdown sequence. */
+#include "server.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "core.h"
+#include "dispatch.h"
+#include "ga_alloc.h"
+#include "health.h"
+#include "log.h"
+#include "loop.h"
+#include "rpc.h"
+
+typedef enum phase {
+    P_RUNNING,
+    P_DELAY,        /* NOT_SERVING visible; waiting drain_delay_ms */
+    P_CORE_DRAIN,   /* the core closes open steps and answers pulls */
+    P_RPC_SHUTDOWN, /* the transport lets calls in flight finish, then the grace cancels them */
+    P_STOPPED,      /* the transport is gone; the rest is being freed */
+} phase;
+
+struct ga_server {
+    ga_config cfg;
+    ga_loop *loop;
+    uv_thread_t thread;
+    bool joined;
+
+    /* Start handshake: setup runs on the loop thread, ga_server_start waits for its result. */
+    uv_mutex_t mu;
+    uv_cond_t cv;
+    bool setup_done;
+    ga_status setup_status;
+    int port; /* written by setup before setup_done */
+
+    /* Loop thread only. */
+    ga_core *core;
+    ga_health *health;
+    ga_dispatch *dispatch;
+    ga_rpc_server *rpc;
+    uv_timer_t delay_timer, grace_timer;
+    uv_signal_t sigterm, sigint;
+    bool timers_open, signals_open;
+    phase phase;
+};
+
+/* ---- teardown (loop thread) ---- */
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) uv_close(h, NULL); /* the memory is the server's, freed after the join */
+}
+
+/* The second half of teardown, posted behind anything the transport posted while it was being
+ * destroyed (a late cancel must find dispatch, core and health still there; it finds its call
+ * unknown and does nothing). */
+static void teardown_rest(void *arg)
+{
+    ga_server *s = arg;
+    ga_core_destroy(s->core);
+    s->core = NULL;
+    ga_health_destroy(s->health);
+    s->health = NULL;
+    ga_dispatch_destroy(s->dispatch);
+    s->dispatch = NULL;
+    if (s->timers_open) {
+        close_handle((uv_handle_t *)&s->delay_timer);
+        close_handle((uv_handle_t *)&s->grace_timer);
+    }
+    if (s->signals_open) {
+        close_handle((uv_handle_t *)&s->sigterm);
+        close_handle((uv_handle_t *)&s->sigint);
+    }
+    s->phase = P_STOPPED;
+    ga_loop_stop(s->loop);
+}
+
+/* Frees what exists, in the reverse order of setup, and stops the loop. The transport goes
+ * first (or was never started), so no new call can reach the core. */
+static void teardown(ga_server *s)
+{
+    s->phase = P_STOPPED;
+    ga_rpc_server_destroy(s->rpc);
+    s->rpc = NULL;
+    if (ga_loop_post(s->loop, teardown_rest, s) != GA_OK) teardown_rest(s);
+}
+
+/* ---- the shutdown sequence (loop thread) ---- */
+
+static void on_rpc_done(void *arg)
+{
+    ga_server *s = arg;
+    uv_timer_stop(&s->grace_timer);
+    teardown(s);
+    ga_log(GA_LOG_INFO, "shutdown: transport stopped; freeing the core and stopping the loop");
+}
+
+/* Completion-queue thread: every call has been released. */
+static void on_rpc_done_cq(void *arg)
+{
+    ga_server *s = arg;
+    /* The loop must learn this or the server never stops: a post fails only when memory is
+     * short, which passes. */
+    while (ga_loop_post(s->loop, on_rpc_done, s) == GA_E_NOMEM) uv_sleep(10);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    ga_server *s = t->data;
+    ga_log(GA_LOG_WARN, "shutdown: calls still open after the grace of %u ms: cancelling them",
+           s->cfg.shutdown_grace_ms);
+    ga_rpc_server_cancel_all(s->rpc);
+}
+
+static void on_core_drained(void *arg)
+{
+    ga_server *s = arg;
+    ga_log(GA_LOG_INFO, "shutdown: core drained; finishing %u health watches; stopping the transport (grace %u ms)",
+           ga_health_watches(s->health), s->cfg.shutdown_grace_ms);
+    /* Watches never end by themselves: they would hold the transport's shutdown for the whole
+     * grace. Clients see UNAVAILABLE-class status and retry elsewhere. */
+    ga_health_close(s->health, GA_E_DRAINING);
+    s->phase = P_RPC_SHUTDOWN;
+    uv_timer_start(&s->grace_timer, on_grace, s->cfg.shutdown_grace_ms, 0);
+    ga_rpc_server_shutdown(s->rpc, on_rpc_done_cq, s);
+}
+
+static void on_delay(uv_timer_t *t)
+{
+    ga_server *s = t->data;
+    s->phase = P_CORE_DRAIN;
+    ga_log(GA_LOG_INFO, "shutdown: draining the core (refusing joins, inits and pushes; closing open steps)");
+    ga_core_drain(s->core, on_core_drained, s);
+}
+
+/* Signals escalate: a second SIGTERM skips what is left of the drain delay or the grace. A
+ * second ga_server_drain does nothing. */
+static void begin_drain(ga_server *s, const char *why, bool escalate)
+{
+    if (s->phase != P_RUNNING && !escalate) return;
+    switch (s->phase) {
+    case P_RUNNING:
+        ga_log(GA_LOG_INFO, "shutdown: %s: health NOT_SERVING; draining in %u ms", why, s->cfg.drain_delay_ms);
+        ga_health_set_all(s->health, GA_NOT_SERVING);
+        s->phase = P_DELAY;
+        uv_timer_start(&s->delay_timer, on_delay, s->cfg.drain_delay_ms, 0);
+        break;
+    case P_DELAY:
+        ga_log(GA_LOG_INFO, "shutdown: %s again: skipping the rest of the drain delay", why);
+        uv_timer_stop(&s->delay_timer);
+        on_delay(&s->delay_timer);
+        break;
+    case P_RPC_SHUTDOWN:
+        ga_log(GA_LOG_WARN, "shutdown: %s again: cancelling open calls now", why);
+        uv_timer_stop(&s->grace_timer);
+        ga_rpc_server_cancel_all(s->rpc);
+        break;
+    case P_CORE_DRAIN:
+    case P_STOPPED: break;
+    }
+}
+
+static void on_drain_posted(void *arg)
+{
+    begin_drain(arg, "drain requested", false);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    begin_drain(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT", true);
+}
+
+/* ---- start (loop thread) ---- */
+
+static ga_status open_handles(ga_server *s)
+{
+    uv_loop_t *uv = ga_loop_uv(s->loop);
+    uv_timer_init(uv, &s->delay_timer);
+    uv_timer_init(uv, &s->grace_timer);
+    s->delay_timer.data = s->grace_timer.data = s;
+    s->timers_open = true;
+    if (!s->cfg.install_signals) return GA_OK;
+    uv_signal_init(uv, &s->sigterm);
+    uv_signal_init(uv, &s->sigint);
+    s->sigterm.data = s->sigint.data = s;
+    s->signals_open = true;
+    if (uv_signal_start(&s->sigterm, on_signal, SIGTERM) != 0 || uv_signal_start(&s->sigint, on_signal, SIGINT) != 0)
+        return GA_E_IO;
+    return GA_OK;
+}
+
+static void setup(void *arg)
+{
+    ga_server *s = arg;
+    const ga_config *c = &s->cfg;
+    ga_status st;
+    int port = 0;
+
+    ga_core_options co = GA_CORE_OPTIONS_INIT;
+    co.backend = c->backend;
+    co.threads = (int)c->threads;
+    co.max_jobs = c->max_jobs;
+    co.max_tensors = c->max_tensors;
+    co.max_memory_bytes = c->max_memory_mb << 20;
+    co.pull_chunk_bytes = (size_t)c->pull_chunk_kb << 10;
+    co.default_deadline_ms = c->deadline_ms;
+    co.default_quorum = c->quorum;
+    co.member_lease_ms = c->member_lease_ms;
+    GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
+    GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
+    GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,
+                  fail);
+    GA_CHECK_GOTO(open_handles(s), st, fail);
+
+    ga_rpc_options ro = GA_RPC_OPTIONS_INIT;
+    ro.listen = c->listen;
+    ro.threads = (int)c->cq_threads;
+    ro.max_message_bytes = (size_t)c->max_message_mb << 20;
+    GA_CHECK_GOTO(ga_rpc_server_start(&ro, ga_dispatch_handlers(s->dispatch), &s->rpc, &port), st, fail);
+    /* Calls that arrived already wait behind this function in the loop's queue. */
+    ga_health_set_all(s->health, GA_SERVING);
+    s->phase = P_RUNNING;
+    goto done;
+
+fail:
+    teardown(s);
+done:
+    uv_mutex_lock(&s->mu);
+    s->port = port;
+    s->setup_status = st;
+    s->setup_done = true;
+    uv_cond_signal(&s->cv);
+    uv_mutex_unlock(&s->mu);
+}
+
+static void loop_main(void *arg)
+{
+    ga_server *s = arg;
+    ga_loop_run(s->loop);
+}
+
+/* ---- public (any thread) ---- */
+
+ga_status ga_server_start(const ga_config *cfg, ga_server **out)
+{
+    char why[GA_CONFIG_PATH_MAX + 128];
+    ga_status st = ga_config_make_data_dir(cfg, why, sizeof why);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "%s", why);
+        return st;
+    }
+    ga_server *s = ga_calloc(1, sizeof *s);
+    if (!s) return GA_E_NOMEM;
+    s->cfg = *cfg;
+    if (uv_mutex_init(&s->mu) != 0) goto fail_free;
+    if (uv_cond_init(&s->cv) != 0) goto fail_mutex;
+    st = ga_loop_create(&s->loop);
+    if (st != GA_OK) goto fail_cond;
+    /* Posted before the thread starts: the first thing the loop runs. */
+    st = ga_loop_post(s->loop, setup, s);
+    if (st != GA_OK) goto fail_loop;
+    if (uv_thread_create(&s->thread, loop_main, s) != 0) {
+        st = GA_E_NOMEM;
+        goto fail_loop; /* destroying the never-run loop drops the posted setup unrun */
+    }
+
+    uv_mutex_lock(&s->mu);
+    while (!s->setup_done) uv_cond_wait(&s->cv, &s->mu);
+    uv_mutex_unlock(&s->mu);
+    st = s->setup_status;
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "start: %s (%s)", ga_strerror(st), ga_status_name(st));
+        uv_thread_join(&s->thread); /* setup's teardown stopped the loop */
+        goto fail_loop;
+    }
+    *out = s;
+    return GA_OK;
+
+fail_loop:
+    ga_loop_destroy(s->loop);
+fail_cond:
+    uv_cond_destroy(&s->cv);
+fail_mutex:
+    uv_mutex_destroy(&s->mu);
+fail_free:
+    ga_free(s);
+    return st != GA_OK ? st : GA_E_NOMEM;
+}
+
+int ga_server_port(const ga_server *s)
+{
+    return s->port;
+}
+
+void ga_server_drain(ga_server *s)
+{
+    /* Refused once the loop has stopped: then there is nothing left to drain. */
+    (void)ga_loop_post(s->loop, on_drain_posted, s);
+}
+
+void ga_server_wait(ga_server *s)
+{
+    if (s->joined) return;
+    uv_thread_join(&s->thread);
+    s->joined = true;
+}
+
+void ga_server_destroy(ga_server *s)
+{
+    if (!s) return;
+    if (!s->joined) {
+        ga_server_drain(s);
+        ga_server_wait(s);
+    }
+    ga_loop_destroy(s->loop);
+    uv_cond_destroy(&s->cv);
+    uv_mutex_destroy(&s->mu);
+    ga_free(s);
+}

@@ -1,6 +1,7 @@
 /* Bad input to the CPU codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled: each case returns its
  * own status, and the residual, the sum and *out_len stay byte-identical to a copy taken before
- * the call. */
+ * the call. ga_codec_check_payload returns what decode_add returns for every payload here,
+ * top-k's included. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -86,6 +87,14 @@ static void expect_decode_status(const ga_exec *ex, ga_codec_id codec, const ga_
     if (rc != want)
         fail_msg("%s decode_add (len %zu, n %zu): got %s, expected %s",
                  ga_codec_name(codec) ? ga_codec_name(codec) : "?", len, n, ga_status_name(rc), ga_status_name(want));
+    /* The receiver's check without a sum says exactly what the CPU decoder says. */
+    if (ex && ex->backend == GA_BACKEND_CPU) {
+        ga_status check = ga_codec_check_payload(codec, p, payload, len, n);
+        if (check != want)
+            fail_msg("%s check_payload (len %zu, n %zu): got %s, decode_add said %s",
+                     ga_codec_name(codec) ? ga_codec_name(codec) : "?", len, n, ga_status_name(check),
+                     ga_status_name(want));
+    }
     if (want != GA_OK) assert_memory_equal(sum, copy, n * sizeof(float));
     ga_free(sum), ga_free(copy);
 }
@@ -481,6 +490,94 @@ static void test_topk_ratio(void **state)
     assert_int_equal(ga_codec_params_validate(GA_CODEC_TOPK, NULL), GA_E_INVAL);
 }
 
+/* ---- top-k payloads: ga_codec_check_payload against decode_add ---- */
+
+#define F32_1 0x00, 0x00, 0x80, 0x3F
+#define F32_2 0x00, 0x00, 0x00, 0x40
+#define F32_NAN 0x00, 0x00, 0xC0, 0x7F
+#define F32_INF 0x00, 0x00, 0x80, 0x7F
+#define U32(v) (v), 0, 0, 0
+
+typedef struct topk_case {
+    int fp16, varint;
+    size_t n;
+    uint8_t bytes[24];
+    size_t len;
+    ga_status want;
+} topk_case;
+
+static const topk_case topk_cases[] = {
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(3), U32(7)}, 20, GA_OK},
+    {0, 1, 10, {U32(2), F32_1, F32_2, 0x03, 0x03}, 14, GA_OK},
+    {1, 0, 10, {U32(2), 0x00, 0x3C, 0x00, 0x40, U32(3), U32(7)}, 16, GA_OK},
+    {0, 0, 10, {U32(0)}, 4, GA_OK},
+    {0, 0, 10, {0}, 0, GA_E_LENGTH},
+    {0, 0, 10, {2, 0, 0}, 3, GA_E_LENGTH},
+    {0, 0, 10, {U32(6), F32_1, F32_1, F32_1, F32_1, F32_1}, 24, GA_E_LENGTH},
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(3)}, 16, GA_E_LENGTH},
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(7), U32(3)}, 20, GA_E_INDEX_ORDER},
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(3), U32(3)}, 20, GA_E_INDEX_ORDER},
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(3), U32(10)}, 20, GA_E_INDEX_RANGE},
+    {0, 0, 10, {U32(2), F32_1, F32_NAN, U32(3), U32(7)}, 20, GA_E_NONFINITE},
+    {0, 0, 10, {U32(2), F32_INF, F32_1, U32(3), U32(7)}, 20, GA_E_NONFINITE},
+    {1, 0, 10, {U32(1), 0x00, 0xFC, U32(3)}, 10, GA_E_NONFINITE},
+    {0, 1, 10, {U32(2), F32_1, F32_2, 0x03, 0x83}, 14, GA_E_LENGTH},
+    {0, 1, 10, {U32(2), F32_1, F32_2, 0x03, 0x83, 0x00}, 15, GA_E_VARINT},
+    {0, 1, 10, {U32(1), F32_1, 0xFF, 0xFF, 0xFF, 0xFF, 0x10}, 13, GA_E_VARINT},
+    {0, 1, 10, {U32(2), F32_1, F32_2, 0x03, 0x06}, 14, GA_E_INDEX_RANGE},
+    {0, 0, 0, {U32(1)}, 4, GA_E_LENGTH},
+    {0, 0, 10, {U32(2), F32_1, F32_2, U32(3), U32(7)}, 48, GA_E_LENGTH}, /* over the most an encode makes */
+};
+
+static ga_codec_params topk_params(int fp16, int varint)
+{
+    ga_codec_params p = ga_codec_params_default(GA_CODEC_TOPK);
+    p.ratio = 0.5f;
+    p.topk_values = (uint8_t)fp16;
+    p.topk_indices = (uint8_t)varint;
+    return p;
+}
+
+static void test_topk_check(void **state)
+{
+    (void)state;
+    ga_exec ex = GA_EXEC_CPU_INIT;
+    for (size_t c = 0; c < COUNT(topk_cases); c++) {
+        const topk_case *t = &topk_cases[c];
+        ga_codec_params p = topk_params(t->fp16, t->varint);
+        uint32_t payload[16] = {0};
+        memcpy(payload, t->bytes, sizeof t->bytes);
+        expect_decode_status(&ex, GA_CODEC_TOPK, &p, payload, t->len, t->n, t->want);
+    }
+    /* Random corruptions of an encoded payload: whatever decode_add says, the check says too. */
+    const size_t n = 300;
+    float *grad = pattern(n, 21), *res = pattern(n, 0);
+    memset(res, 0, n * sizeof *res);
+    for (int fmt = 0; fmt < 4; fmt++) {
+        ga_codec_params p = ga_codec_params_default(GA_CODEC_TOPK);
+        p.ratio = 0.05f;
+        p.topk_values = (uint8_t)(fmt & 1), p.topk_indices = (uint8_t)(fmt >> 1);
+        size_t cap = 0, len = 0;
+        assert_int_equal(ga_codec_encoded_size(GA_CODEC_TOPK, &p, n, &cap), GA_OK);
+        uint8_t *good = xalloc(cap), *bad = xalloc(cap);
+        assert_int_equal(ga_codec_encode(&ex, GA_CODEC_TOPK, &p, grad, res, n, good, cap, &len), GA_OK);
+        uint32_t rng = 12345u + (uint32_t)fmt;
+        for (int iter = 0; iter < 2000; iter++) {
+            memcpy(bad, good, len);
+            rng = rng * 1664525u + 1013904223u;
+            size_t at = (rng >> 8) % len;
+            bad[at] ^= (uint8_t)(1u << ((rng >> 4) & 7));
+            size_t blen = (rng & 3) == 0 ? len - 1 : len;
+            float *sum = pattern(n, 3);
+            ga_status want = ga_codec_decode_add(&ex, GA_CODEC_TOPK, &p, bad, blen, n, sum);
+            assert_int_equal(ga_codec_check_payload(GA_CODEC_TOPK, &p, bad, blen, n), want);
+            ga_free(sum);
+        }
+        ga_free(good), ga_free(bad);
+    }
+    ga_free(grad), ga_free(res);
+}
+
 int main(void)
 {
     test_memory_baseline();
@@ -490,7 +587,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_grad), cmocka_unit_test(test_range),
         cmocka_unit_test(test_capacity),      cmocka_unit_test(test_unknown_codec),
         cmocka_unit_test(test_inval),         cmocka_unit_test(test_backend),
-        cmocka_unit_test(test_topk_ratio),
+        cmocka_unit_test(test_topk_ratio),    cmocka_unit_test(test_topk_check),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

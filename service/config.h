@@ -1,0 +1,98 @@
+/* The server's settings: one table (config.c) where each row is a name, a flag (--listen), an
+ * environment variable (GRADAGG_LISTEN), a type, a default, a help line and its validation.
+ * Precedence: default < environment < flag. Parsed once at start-up; a ga_config is a plain
+ * value afterwards (any thread may read it). */
+#ifndef GA_CONFIG_H
+#define GA_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ga_exec.h"
+#include "ga_status.h"
+#include "log.h"
+
+/* Where a setting's value came from. */
+typedef enum ga_config_source { GA_CONFIG_DEFAULT = 0, GA_CONFIG_ENV = 1, GA_CONFIG_FLAG = 2 } ga_config_source;
+
+/* One value per table row, in table order (config.c), plus settings that are not user-facing. */
+typedef enum ga_config_key {
+    GA_CFG_LISTEN,
+    GA_CFG_BACKEND,
+    GA_CFG_THREADS,
+    GA_CFG_CQ_THREADS,
+    GA_CFG_MAX_MESSAGE_MB,
+    GA_CFG_MAX_STREAM_MB,
+    GA_CFG_MAX_MEMORY_MB,
+    GA_CFG_MAX_JOBS,
+    GA_CFG_MAX_TENSORS,
+    GA_CFG_PULL_CHUNK_KB,
+    GA_CFG_DEADLINE_MS,
+    GA_CFG_QUORUM,
+    GA_CFG_MEMBER_LEASE_MS,
+    GA_CFG_DATA_DIR,
+    GA_CFG_DRAIN_DELAY_MS,
+    GA_CFG_SHUTDOWN_GRACE_MS,
+    GA_CFG_LOG_LEVEL,
+    GA_CFG_KEYS
+} ga_config_key;
+
+#define GA_CONFIG_LISTEN_MAX 256
+#define GA_CONFIG_PATH_MAX 1024
+
+typedef struct ga_config {
+    char listen[GA_CONFIG_LISTEN_MAX]; /* host:port, [v6]:port; port 0 = any free port */
+    ga_backend backend;
+    uint32_t threads;                  /* OpenMP threads for the math; 0 = all */
+    uint32_t cq_threads;               /* gRPC completion-queue threads */
+    uint32_t max_message_mb;           /* per gRPC message, both directions */
+    uint32_t max_stream_mb;            /* payload of one Push or InitTensors stream */
+    uint64_t max_memory_mb;            /* parameters, state and buffered payloads, all jobs */
+    uint32_t max_jobs;
+    uint32_t max_tensors;              /* per job */
+    uint32_t pull_chunk_kb;            /* payload per PullChunk */
+    uint32_t deadline_ms;              /* straggler deadline when a job sets none; 0 = none */
+    uint32_t quorum;                   /* straggler quorum when a job sets none; 0 = world size */
+    uint32_t member_lease_ms;          /* a silent member is dropped after this */
+    char data_dir[GA_CONFIG_PATH_MAX]; /* checkpoints; created if missing */
+    uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */
+    uint32_t shutdown_grace_ms;        /* then calls still open are cancelled */
+    ga_log_level log_level;
+    ga_config_source source[GA_CFG_KEYS];
+    /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process
+     * tests do not). */
+    bool install_signals;
+} ga_config;
+
+/* What the command line asked for besides the settings. */
+typedef enum ga_config_action { GA_CONFIG_RUN = 0, GA_CONFIG_HELP = 1, GA_CONFIG_PRINT = 2 } ga_config_action;
+
+/* Every setting at its default. */
+void ga_config_defaults(ga_config *cfg);
+
+/* Resolves every setting from its default, then `envp` (NULL-terminated "NAME=value" strings
+ * like environ; NULL = none), then argv[1..argc) ("--name value" or "--name=value", plus
+ * --help / -h and --print-config; with --help nothing else is parsed). install_signals comes
+ * back false. Borrows everything. On error returns GA_E_CONFIG, writes a
+ * message naming the flag or variable, the value and what is accepted to why[0..why_cap), and
+ * leaves *cfg and *action untouched. */
+ga_status ga_config_parse(ga_config *cfg, ga_config_action *action, int argc, char *const argv[],
+                          char *const envp[], char *why, size_t why_cap);
+
+/* The table for --help: every row with its flag, variable, default, accepted values, help. */
+void ga_config_print_help(FILE *f);
+/* The resolved values, one line per setting with where it came from. */
+void ga_config_print(const ga_config *cfg, FILE *f);
+/* The same lines through ga_log at info level (start-up). */
+void ga_config_log(const ga_config *cfg);
+
+/* "cpu" / "cuda". Static string. */
+const char *ga_config_backend_name(ga_backend b);
+/* The host part of cfg->listen ("127.0.0.1", "[::1]") into buf[0..cap). */
+void ga_config_listen_host(const ga_config *cfg, char *buf, size_t cap);
+/* Creates cfg->data_dir (and its parents) when missing. GA_E_IO with a message in why. */
+ga_status ga_config_make_data_dir(const ga_config *cfg, char *why, size_t why_cap);
+
+#endif

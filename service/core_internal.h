@@ -1,0 +1,50 @@
+/* What the core's files share: the core itself and the helpers between the request handlers
+ * (core.c: join, leave, status, cancel, drain; core_push.c: pushes, steps and the math tasks;
+ * core_init.c: tensor creation; core_pull.c: pulls). Loop thread only. */
+#ifndef GA_CORE_INTERNAL_H
+#define GA_CORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "job.h"
+
+#define GA_WHY_CAP 320
+
+struct ga_core {
+    ga_core_options opt;
+    uv_loop_t *loop;
+    ga_job **jobs;
+    size_t njobs, jobs_cap;
+    uint64_t held_bytes; /* push and init payloads held by steps and queued tasks, all jobs */
+    bool draining, drained;
+    void (*drain_done)(void *arg);
+    void *drain_arg;
+};
+
+ga_job *ga_core_job(ga_core *c, const char *name);
+/* Bytes held by every job's store plus the payloads held. */
+uint64_t ga_core_bytes(const ga_core *c);
+/* The rank made a call now. */
+void ga_core_touch(ga_core *c, ga_job *job, uint32_t rank);
+/* A job's task queue went idle: finishes a drain once every queue is. */
+void ga_core_job_idle(void *job);
+/* A store call failed: the job refuses further work with `st` and this message; its waiting
+ * pulls are finished with it. */
+void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Sync steps (core_push.c). */
+void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in rank order */
+void ga_core_step_try_close(ga_job *job); /* closes the step when complete, or at the deadline with quorum */
+void ga_core_step_close(ga_job *job, bool by_deadline); /* closes with what it has (>= 1 commit) */
+void ga_core_step_exclude_left(ga_job *job);            /* excludes ranks that left from the open step */
+
+/* Pulls (core_pull.c). */
+void ga_core_pulls_serve(ga_job *job); /* answers waiting pulls whose version exists */
+/* Answers or refuses every waiting pull of the job: answerable ones get their version,
+ * the others `st` with the message. */
+void ga_core_pulls_end(ga_job *job, ga_status st, const char *why);
+bool ga_core_pull_cancel(ga_core *c, ga_call *call);
+
+#endif

@@ -1,0 +1,155 @@
+/* Pulls: answered at once when the version exists, parked until the next version is published
+ * otherwise; answers stream every tensor piece by piece straight from the published blobs. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core_internal.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+/* Streams the job's current version to call, then finishes it. A piece goes as a delta when the
+ * worker holds the version before and the job publishes deltas; otherwise as fp32. Each send
+ * hands the call a reference of its own to the blob, released once the bytes are out. */
+static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_version)
+{
+    uint64_t v = job->version;
+    bool delta = job->store_cfg.pull_codec != GA_CODEC_NONE && has_version && v >= 1 && have_version == v - 1;
+    size_t pe = job->store_cfg.piece_elems;
+    Gradagg__V1__Codec codec;
+    ga_codec_to_wire(job->store_cfg.pull_codec, &job->store_cfg.pull_params, &codec);
+    for (size_t i = 0; i < job->ntensors; i++) {
+        const ga_tensor *t = &job->tensors[i];
+        if (!t->ready) continue;
+        const ga_published *p = &t->pub;
+        size_t n = (size_t)t->elements, pieces = (n + pe - 1) / pe;
+        bool as_delta = delta && p->delta && p->delta_off && p->npieces == pieces;
+        for (size_t k = 0; k < pieces; k++) {
+            Gradagg__V1__PullChunk chunk = GRADAGG__V1__PULL_CHUNK__INIT;
+            size_t off = k * pe, count = n - off < pe ? n - off : pe;
+            chunk.version = v;
+            chunk.tensor = t->name;
+            chunk.offset = off;
+            chunk.count = count;
+            if (as_delta) {
+                chunk.kind = GRADAGG__V1__PULL_KIND__PULL_DELTA;
+                chunk.codec = &codec;
+                chunk.base_version = v - 1;
+                ga_call_send(call, &chunk.base, ga_blob_ref(p->delta), p->delta_off[k],
+                             p->delta_off[k + 1] - p->delta_off[k]);
+            } else {
+                chunk.kind = GRADAGG__V1__PULL_KIND__PULL_FULL;
+                ga_call_send(call, &chunk.base, ga_blob_ref(p->full), 4 * off, 4 * count);
+            }
+        }
+    }
+    ga_call_finish(call, NULL, GA_OK, NULL);
+}
+
+static void unlink_wait(ga_pull_wait *w)
+{
+    ga_job *job = w->job;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        job->pulls = w->next;
+    if (w->next) w->next->prev = w->prev;
+    if (w->rank < job->world && job->members[w->rank].pulls_waiting) job->members[w->rank].pulls_waiting--;
+    /* A worker that waited was active until now. */
+    job->members[w->rank].active_ms = uv_now(job->core->loop);
+}
+
+void ga_core_pulls_serve(ga_job *job)
+{
+    for (ga_pull_wait *w = job->pulls, *next; w; w = next) {
+        next = w->next;
+        if (w->min_version > job->version) continue;
+        unlink_wait(w);
+        answer(job, w->call, w->has_version, w->have_version);
+        ga_free(w);
+    }
+}
+
+void ga_core_pulls_end(ga_job *job, ga_status st, const char *why)
+{
+    for (ga_pull_wait *w = job->pulls, *next; w; w = next) {
+        next = w->next;
+        unlink_wait(w);
+        if (w->min_version <= job->version)
+            answer(job, w->call, w->has_version, w->have_version);
+        else
+            ga_call_finish(w->call, NULL, st, "%s", why);
+        ga_free(w);
+    }
+}
+
+bool ga_core_pull_cancel(ga_core *c, ga_call *call)
+{
+    for (size_t i = 0; i < c->njobs; i++)
+        for (ga_pull_wait *w = c->jobs[i]->pulls; w; w = w->next)
+            if (w->call == call) {
+                unlink_wait(w);
+                ga_call_finish(call, NULL, GA_E_CANCELLED, "the client went away while waiting for version %" PRIu64,
+                               w->min_version);
+                ga_free(w);
+                return true;
+            }
+    return false;
+}
+
+void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req)
+{
+    char why[GA_WHY_CAP];
+    ga_status st;
+    ga_job *job = ga_core_job(c, req->job);
+    if (!job) {
+        st = GA_E_UNKNOWN_JOB;
+        snprintf(why, sizeof why, "job '%s' does not exist (the first Join creates it)", req->job ? req->job : "");
+        goto refuse;
+    }
+    GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, refuse);
+    ga_core_touch(c, job, req->rank);
+    if (job->fault != GA_OK) {
+        st = job->fault;
+        snprintf(why, sizeof why, "%s", job->fault_why);
+        goto refuse;
+    }
+    if (req->min_version <= job->version) {
+        answer(job, call, req->has_version, req->have_version);
+        goto free;
+    }
+    /* Queued work may already promise later versions than the next one (async commits, or a
+     * sync step closing while the next one fills). */
+    uint64_t promised = job->target > job->version ? job->target : job->version;
+    if (c->draining && req->min_version > promised) {
+        st = GA_E_DRAINING;
+        snprintf(why, sizeof why, "the server is shutting down: version %" PRIu64 " of job '%s' will not be published",
+                 req->min_version, job->name);
+        goto refuse;
+    }
+    if (req->min_version > promised + 1) {
+        st = GA_E_VERSION;
+        snprintf(why, sizeof why,
+                 "min_version %" PRIu64 " of job '%s' is beyond the next version (%" PRIu64 " is published)",
+                 req->min_version, job->name, job->version);
+        goto refuse;
+    }
+    ga_pull_wait *w = ga_calloc(1, sizeof *w);
+    if (!w) {
+        st = GA_E_NOMEM;
+        snprintf(why, sizeof why, "out of memory parking a pull");
+        goto refuse;
+    }
+    *w = (ga_pull_wait){call, job, req->rank, req->min_version, req->has_version != 0, req->have_version, NULL, NULL};
+    /* Appended: pulls are answered oldest first. */
+    ga_pull_wait **tail = &job->pulls, *prev = NULL;
+    while (*tail) prev = *tail, tail = &(*tail)->next;
+    w->prev = prev;
+    *tail = w;
+    job->members[req->rank].pulls_waiting++;
+    goto free;
+refuse:
+    ga_call_finish(call, NULL, st, "%s", why);
+free:
+    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+}

@@ -1,0 +1,430 @@
+/* Pushes: the checks that need job state, commits, sync steps (rank order, straggler deadline,
+ * close) and async commits, and the two math tasks (accumulate a bundle, apply a step) that run
+ * on the job's task queue. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core_internal.h"
+#include "ga_alloc.h"
+
+/* ---- tasks ---- */
+
+typedef struct accumulate_task {
+    ga_task t;
+    ga_job *job;
+    ga_push *push;
+    ga_status rc;
+    size_t bad_part;
+    double seconds;
+} accumulate_task;
+
+typedef struct apply_task {
+    ga_task t;
+    ga_job *job;
+    uint32_t contributors;
+    uint64_t version; /* published when done */
+    ga_published *out;
+    size_t ntensors;
+    ga_status rc;
+    double seconds;
+} apply_task;
+
+static void accumulate_work(ga_task *t)
+{
+    accumulate_task *a = (accumulate_task *)t;
+    uint64_t t0 = uv_hrtime();
+    a->rc = GA_OK;
+    for (size_t i = 0; i < a->push->count && a->rc == GA_OK; i++) {
+        const ga_push_part *p = &a->push->parts[i];
+        a->rc = ga_store_accumulate(a->job->store, p->tensor, (size_t)p->chunk->offset, (size_t)p->chunk->count,
+                                    p->codec, &p->params, p->chunk->payload.data, p->chunk->payload.len);
+        a->bad_part = i;
+    }
+    a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
+}
+
+static void accumulate_done(ga_task *t)
+{
+    accumulate_task *a = (accumulate_task *)t;
+    ga_job *job = a->job;
+    job->accumulate_seconds += a->seconds;
+    job->held_bytes -= a->push->payload_bytes;
+    job->core->held_bytes -= a->push->payload_bytes;
+    job->store_bytes = ga_store_bytes(job->store); /* staging buffers may have grown */
+    if (a->rc != GA_OK)
+        ga_core_job_fault(job, a->rc, "accumulating rank %u step %" PRIu64 " chunk %zu: %s", a->push->rank,
+                          a->push->step, a->bad_part, ga_strerror(a->rc));
+    ga_push_free(a->push);
+    ga_free(a);
+}
+
+static void apply_work(ga_task *t)
+{
+    apply_task *a = (apply_task *)t;
+    uint64_t t0 = uv_hrtime();
+    a->rc = ga_store_apply(a->job->store, a->contributors, a->out);
+    a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
+}
+
+static void apply_done(ga_task *t)
+{
+    apply_task *a = (apply_task *)t;
+    ga_job *job = a->job;
+    job->apply_seconds += a->seconds;
+    if (a->rc == GA_OK && job->fault == GA_OK) {
+        for (size_t i = 0; i < a->ntensors; i++) {
+            ga_published_clear(&job->tensors[i].pub);
+            job->tensors[i].pub = a->out[i];
+        }
+        job->version = a->version;
+        job->steps++;
+        job->store_bytes = ga_store_bytes(job->store);
+        ga_core_pulls_serve(job);
+    } else {
+        if (a->rc == GA_OK)
+            for (size_t i = 0; i < a->ntensors; i++) ga_published_clear(&a->out[i]);
+        else
+            ga_core_job_fault(job, a->rc, "applying version %" PRIu64 ": %s", a->version, ga_strerror(a->rc));
+    }
+    ga_free(a->out);
+    ga_free(a);
+}
+
+/* Queues the accumulation of a bundle (takes push). */
+static void queue_accumulate(ga_job *job, ga_push *push)
+{
+    accumulate_task *a = ga_calloc(1, sizeof *a);
+    if (!a) {
+        job->held_bytes -= push->payload_bytes;
+        job->core->held_bytes -= push->payload_bytes;
+        ga_push_free(push);
+        ga_core_job_fault(job, GA_E_NOMEM, "out of memory queueing an accumulation");
+        return;
+    }
+    a->t.work = accumulate_work;
+    a->t.done = accumulate_done;
+    a->job = job;
+    a->push = push;
+    ga_taskq_push(&job->tasks, &a->t);
+}
+
+static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version)
+{
+    apply_task *a = ga_calloc(1, sizeof *a);
+    ga_published *out = ga_calloc(job->ntensors + 1, sizeof *out);
+    if (!a || !out) {
+        ga_free(a), ga_free(out);
+        ga_core_job_fault(job, GA_E_NOMEM, "out of memory queueing version %" PRIu64, version);
+        return;
+    }
+    a->t.work = apply_work;
+    a->t.done = apply_done;
+    a->job = job;
+    a->contributors = contributors;
+    a->version = version;
+    a->out = out;
+    a->ntensors = job->ntensors;
+    job->target = version;
+    ga_taskq_push(&job->tasks, &a->t);
+}
+
+/* ---- checks that need the job ---- */
+
+typedef struct span {
+    uint32_t tensor;
+    uint64_t lo, hi;
+    size_t part;
+} span;
+
+static int span_order(const void *x, const void *y)
+{
+    const span *a = x, *b = y;
+    if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return a->part < b->part ? -1 : a->part > b->part;
+}
+
+/* Every part names a tensor of the job, lies inside it, and together they cover every tensor
+ * of the job exactly once. Sets each part's tensor index. */
+static ga_status check_cover(ga_job *job, ga_push *push, char *why)
+{
+    ga_status st = GA_OK;
+    span *s = ga_malloc((push->count + 1) * sizeof *s);
+    if (!s) {
+        snprintf(why, GA_WHY_CAP, "out of memory checking a push");
+        return GA_E_NOMEM;
+    }
+    for (size_t i = 0; i < push->count; i++) {
+        const Gradagg__V1__PushChunk *c = push->parts[i].chunk;
+        long t = ga_job_tensor_find(job, c->tensor);
+        if (t < 0) {
+            snprintf(why, GA_WHY_CAP, "push chunk %zu names tensor '%.100s', which job '%s' does not have", i,
+                     c->tensor, job->name);
+            st = GA_E_UNKNOWN_TENSOR;
+            goto out;
+        }
+        uint64_t n = job->tensors[t].elements;
+        if (c->offset > n || c->count > n - c->offset) {
+            snprintf(why, GA_WHY_CAP,
+                     "push chunk %zu: tensor '%.100s' range [%" PRIu64 ", %" PRIu64 ") outside its %" PRIu64
+                     " elements",
+                     i, c->tensor, c->offset, c->offset + c->count, n);
+            st = GA_E_COVERAGE;
+            goto out;
+        }
+        s[i] = (span){(uint32_t)t, c->offset, c->offset + c->count, i};
+    }
+    qsort(s, push->count, sizeof *s, span_order);
+    size_t k = 0;
+    for (uint32_t t = 0; t < job->ntensors; t++) {
+        const ga_tensor *ten = &job->tensors[t];
+        uint64_t pos = 0;
+        if (k == push->count || s[k].tensor != t) {
+            snprintf(why, GA_WHY_CAP, "tensor '%.100s' (%" PRIu64 " elements) has no chunk in this push", ten->name,
+                     ten->elements);
+            st = GA_E_COVERAGE;
+            goto out;
+        }
+        for (; k < push->count && s[k].tensor == t; k++) {
+            if (s[k].lo < pos) {
+                snprintf(why, GA_WHY_CAP, "tensor '%.100s': elements [%" PRIu64 ", %" PRIu64 ") covered twice",
+                         ten->name, s[k].lo, s[k].hi < pos ? s[k].hi : pos);
+                st = GA_E_COVERAGE;
+                goto out;
+            }
+            if (s[k].lo > pos) {
+                snprintf(why, GA_WHY_CAP, "tensor '%.100s': elements [%" PRIu64 ", %" PRIu64 ") missing", ten->name,
+                         pos, s[k].lo);
+                st = GA_E_COVERAGE;
+                goto out;
+            }
+            pos = s[k].hi;
+        }
+        if (pos < ten->elements) {
+            snprintf(why, GA_WHY_CAP, "tensor '%.100s': elements [%" PRIu64 ", %" PRIu64 ") missing", ten->name, pos,
+                     ten->elements);
+            st = GA_E_COVERAGE;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < push->count; i++) push->parts[s[i].part].tensor = s[i].tensor;
+out:
+    ga_free(s);
+    return st;
+}
+
+static ga_status check_memory(ga_core *c, const ga_push *push, char *why)
+{
+    uint64_t now = ga_core_bytes(c), max = c->opt.max_memory_bytes;
+    if (push->payload_bytes > max || now > max - push->payload_bytes) {
+        snprintf(why, GA_WHY_CAP,
+                 "holding this push (%zu bytes) would bring the server to %" PRIu64
+                 " bytes, over its limit of %" PRIu64,
+                 push->payload_bytes, now + push->payload_bytes, max);
+        return GA_E_LIMIT;
+    }
+    return GA_OK;
+}
+
+/* ---- commit bookkeeping ---- */
+
+static void record_commit(ga_member *m, uint64_t step)
+{
+    if (!m->has_pushed) {
+        m->commit_mask = 1;
+    } else if (step > m->last_step) {
+        uint64_t shift = step - m->last_step;
+        m->commit_mask = shift >= 64 ? 1 : (m->commit_mask << shift) | 1;
+    } else {
+        uint64_t back = m->last_step - step;
+        if (back < 64) m->commit_mask |= (uint64_t)1 << back;
+        return;
+    }
+    m->has_pushed = true;
+    m->last_step = step;
+}
+
+static bool committed_before(const ga_member *m, uint64_t step)
+{
+    if (!m->has_pushed || step > m->last_step) return false;
+    uint64_t back = m->last_step - step;
+    return back < 64 && (m->commit_mask >> back) & 1;
+}
+
+static void ack(ga_call *call, uint64_t step, bool duplicate, uint64_t version)
+{
+    Gradagg__V1__PushResponse resp = GRADAGG__V1__PUSH_RESPONSE__INIT;
+    resp.step = step;
+    resp.duplicate = duplicate;
+    resp.version = version;
+    ga_call_finish(call, &resp.base, GA_OK, NULL);
+}
+
+/* ---- sync steps ---- */
+
+static void deadline_fired(uv_timer_t *timer)
+{
+    ga_job *job = timer->data;
+    job->step.deadline_fired = true;
+    ga_core_step_try_close(job);
+}
+
+void ga_core_step_advance(ga_job *job)
+{
+    uint32_t rank;
+    ga_push *p;
+    while ((p = ga_step_next(&job->step, &rank))) queue_accumulate(job, p);
+}
+
+void ga_core_step_exclude_left(ga_job *job)
+{
+    for (uint32_t r = 0; r < job->world; r++)
+        if (job->members[r].left) ga_step_exclude(&job->step, r);
+}
+
+void ga_core_step_close(ga_job *job, bool by_deadline)
+{
+    ga_step *s = &job->step;
+    uint64_t step = s->step;
+    uint32_t contributors = s->committed;
+    ga_step_exclude_missing(s);
+    if (by_deadline) job->deadline_closes++;
+    ga_core_step_advance(job);
+    uv_timer_stop(job->timer);
+    queue_apply(job, contributors, step + 1);
+    /* The next step opens now: its pushes queue behind this step's apply. */
+    ga_step_open(s, step + 1);
+    ga_core_step_exclude_left(job);
+    ga_core_step_advance(job);
+}
+
+void ga_core_step_try_close(ga_job *job)
+{
+    ga_step *s = &job->step;
+    if (s->committed == 0 || job->fault != GA_OK || job->core->drained) return;
+    bool complete = ga_step_complete(s);
+    if (!complete && !(s->deadline_fired && s->committed >= job->quorum)) return;
+    ga_core_step_close(job, !complete);
+}
+
+static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
+{
+    char why[GA_WHY_CAP];
+    ga_status st;
+    ga_step *s = &job->step;
+    ga_member *m = &job->members[push->rank];
+    if (push->step < s->step) {
+        if (committed_before(m, push->step)) {
+            job->duplicate_pushes++;
+            ack(call, push->step, true, job->version);
+        } else {
+            job->late_pushes++;
+            ga_call_finish(call, NULL, GA_E_STEP_CLOSED,
+                           "step %" PRIu64 " of job '%s' closed without rank %u; the open step is %" PRIu64, push->step,
+                           job->name, push->rank, s->step);
+        }
+        goto free;
+    }
+    if (push->step > s->step) {
+        ga_call_finish(call, NULL, GA_E_STEP_FUTURE,
+                       "step %" PRIu64 " of job '%s' is not open yet; the open step is %" PRIu64, push->step, job->name,
+                       s->step);
+        goto free;
+    }
+    if (ga_step_has(s, push->rank)) {
+        job->duplicate_pushes++;
+        ack(call, push->step, true, job->version);
+        goto free;
+    }
+    if (s->slot[push->rank] == GA_SLOT_EXCLUDED) {
+        job->late_pushes++;
+        ga_call_finish(call, NULL, GA_E_STEP_CLOSED,
+                       "rank %u was excluded from step %" PRIu64 " of job '%s' when it left; push step %" PRIu64,
+                       push->rank, s->step, job->name, s->step + 1);
+        goto free;
+    }
+    GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
+    GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
+
+    job->held_bytes += push->payload_bytes;
+    c->held_bytes += push->payload_bytes;
+    job->any_commit = true;
+    record_commit(m, push->step);
+    uint32_t rank = push->rank;
+    ga_step_commit(s, rank, push);
+    ack(call, s->step, false, job->version);
+    if (s->committed == 1 && job->deadline_ms > 0) uv_timer_start(job->timer, deadline_fired, job->deadline_ms, 0);
+    ga_core_step_advance(job);
+    ga_core_step_try_close(job);
+    return;
+refuse:
+    ga_call_finish(call, NULL, st, "%s", why);
+free:
+    ga_push_free(push);
+}
+
+/* ---- async ---- */
+
+static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
+{
+    char why[GA_WHY_CAP];
+    ga_status st;
+    ga_member *m = &job->members[push->rank];
+    if (m->has_pushed && push->step <= m->last_step) {
+        job->duplicate_pushes++;
+        ack(call, push->step, true, job->version);
+        ga_push_free(push);
+        return;
+    }
+    GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
+    GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
+    job->held_bytes += push->payload_bytes;
+    c->held_bytes += push->payload_bytes;
+    job->any_commit = true;
+    m->has_pushed = true;
+    m->last_step = push->step;
+    ack(call, push->step, false, job->version);
+    queue_accumulate(job, push);
+    queue_apply(job, 1, job->target + 1);
+    return;
+refuse:
+    ga_call_finish(call, NULL, st, "%s", why);
+    ga_push_free(push);
+}
+
+void ga_core_push(ga_core *c, ga_call *call, ga_push *push)
+{
+    char why[GA_WHY_CAP];
+    ga_status st;
+    if (!push) {
+        ga_call_finish(call, NULL, GA_E_INVAL, "empty push stream: no chunk arrived");
+        return;
+    }
+    ga_job *job = ga_core_job(c, push->job);
+    if (!job) {
+        ga_call_finish(call, NULL, GA_E_UNKNOWN_JOB, "job '%s' does not exist (the first Join creates it)", push->job);
+        goto free;
+    }
+    GA_CHECK_GOTO(ga_job_member_check(job, push->rank, push->incarnation, why, sizeof why), st, refuse);
+    ga_core_touch(c, job, push->rank);
+    if (c->draining) {
+        ga_call_finish(call, NULL, GA_E_DRAINING, "the server is shutting down: push of step %" PRIu64 " refused",
+                       push->step);
+        goto free;
+    }
+    if (job->fault != GA_OK) {
+        ga_call_finish(call, NULL, job->fault, "%s", job->fault_why);
+        goto free;
+    }
+    if (job->async)
+        push_async(c, job, call, push);
+    else
+        push_sync(c, job, call, push);
+    return;
+refuse:
+    ga_call_finish(call, NULL, st, "%s", why);
+free:
+    ga_push_free(push);
+}

@@ -1,0 +1,26 @@
+/* The transport's handlers (rpc.h's ga_rpc_handlers) for gradagg: requests and finished
+ * streams are posted to the loop, where the core or health takes them; stream chunks are
+ * assembled into bundles on the completion-queue thread that read them (bundle.h), which needs
+ * no loop state. Nothing here touches core or health state off the loop thread. */
+#ifndef GA_DISPATCH_H
+#define GA_DISPATCH_H
+
+#include <stddef.h>
+
+#include "core.h"
+#include "health.h"
+#include "loop.h"
+#include "rpc.h"
+
+typedef struct ga_dispatch ga_dispatch;
+
+/* Borrows loop, core and health (all must outlive the transport that uses the handlers).
+ * max_stream_bytes bounds the payload of one Push or InitTensors stream. Returns owned. */
+ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
+                             ga_dispatch **out);
+/* The handler table to give ga_rpc_server_start; valid while d lives. */
+const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d);
+/* After the transport that used it is destroyed. NULL is a no-op. */
+void ga_dispatch_destroy(ga_dispatch *d);
+
+#endif

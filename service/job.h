@@ -1,0 +1,126 @@
+/* A job: its configuration, members, tensor table, sync step, waiting pulls, math queue and
+ * counters. Loop thread only; the store inside is used through the job's task queue (task.h).
+ * The core's request handlers (core*.c) read and write these fields directly. */
+#ifndef GA_JOB_H
+#define GA_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "core.h"
+#include "step.h"
+#include "store.h"
+#include "task.h"
+
+#define GA_JOB_MAX_WORLD 4096u
+/* Replaced incarnations remembered per rank, so their calls get GA_E_STALE. */
+#define GA_JOB_REPLACED 4u
+
+typedef struct ga_member {
+    uint64_t incarnation;               /* 0: the rank never joined */
+    uint64_t replaced[GA_JOB_REPLACED]; /* earlier incarnations, newest first */
+    bool left;
+    uint64_t active_ms;     /* uv_now of its last call */
+    uint32_t pulls_waiting; /* a worker blocked in a pull is active */
+    bool has_pushed;
+    uint64_t last_step; /* last committed step */
+    /* Sync: bit i set = step last_step - i committed by this rank. Older steps count as not
+     * committed (a retry 64 steps late is refused as closed). */
+    uint64_t commit_mask;
+} ga_member;
+
+typedef struct ga_tensor {
+    char *name;
+    uint64_t *shape;
+    size_t ndim;
+    uint64_t elements;
+    bool ready;       /* created in the store; pub holds its publication */
+    ga_published pub; /* the current version's publication */
+} ga_tensor;
+
+typedef struct ga_pull_wait ga_pull_wait;
+struct ga_pull_wait {
+    ga_call *call;
+    struct ga_job *job;
+    uint32_t rank;
+    uint64_t min_version;
+    bool has_version;
+    uint64_t have_version;
+    ga_pull_wait *prev, *next;
+};
+
+typedef struct ga_job {
+    struct ga_core *core;
+    char *name;
+    Gradagg__V1__JobConfig *config; /* as the first Join sent it (owned, ga_wire_allocator) */
+    uint32_t world;
+    bool async;
+    uint32_t deadline_ms, quorum; /* effective straggler policy; deadline 0 = none */
+    ga_store_config store_cfg;
+    ga_store *store;
+    uint64_t store_bytes; /* ga_store_bytes after the last task */
+    ga_member *members;   /* [world] */
+
+    ga_tensor *tensors;
+    size_t ntensors, tensors_cap;
+    uint32_t *index; /* open addressing: tensor index + 1, 0 = empty */
+    size_t index_cap;
+
+    uint64_t version;  /* published */
+    uint64_t target;   /* the version queued work will have published */
+    bool any_commit;   /* no new tensors after the first commit */
+    ga_step step;      /* sync */
+    uv_timer_t *timer; /* straggler deadline (sync); freed by its close callback */
+    ga_taskq tasks;
+    ga_pull_wait *pulls; /* waiting pulls, oldest first */
+    ga_status fault;     /* a store call failed: the job refuses further work */
+    char fault_why[320];
+
+    uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
+    double accumulate_seconds, apply_seconds;
+    uint64_t held_bytes; /* push payloads held by the step or queued tasks */
+} ga_job;
+
+/* The job settings a config gives: checks world_size in [1, GA_JOB_MAX_WORLD], the enums,
+ * quorum <= world_size, the pull codec; fills defaults (straggler from opt). Optimizer
+ * hyper-parameters are checked by ga_store_create. Errors name the field and value in why. */
+typedef struct ga_job_settings {
+    uint32_t world;
+    bool async;
+    uint32_t deadline_ms, quorum;
+    ga_store_config store;
+} ga_job_settings;
+ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_options *opt, ga_job_settings *out,
+                               char *why, size_t cap);
+
+/* The first field (dotted path, "optimizer.lr") where two configs differ, comparing values (an
+ * absent message equals its defaults, floats by bits); NULL when they are the same. */
+const char *ga_job_config_diff(const Gradagg__V1__JobConfig *a, const Gradagg__V1__JobConfig *b, char *path,
+                               size_t cap);
+
+/* Creates the job and its store (the store's errors pass through; GA_E_OPTIM's message lists
+ * the hyper-parameters). Copies name and config. Returns owned (ga_job_destroy). */
+ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name, const Gradagg__V1__JobConfig *cfg,
+                        const ga_job_settings *set, ga_job **out, char *why, size_t cap);
+/* Frees everything but the timer, then closes the timer, whose close callback frees the job:
+ * the loop must run once more. The task queue must be idle and no pull may wait. */
+void ga_job_destroy(ga_job *job);
+
+/* The tensor named `name`, or -1. */
+long ga_job_tensor_find(const ga_job *job, const char *name);
+/* Appends a tensor (not ready yet); returns its index, or -1 when out of memory. */
+long ga_job_tensor_add(ga_job *job, const char *name, const uint64_t *shape, size_t ndim, uint64_t elements);
+/* Drops the tensors from index `from` on (a failed creation). */
+void ga_job_tensor_truncate(ga_job *job, size_t from);
+
+/* Whether (rank, incarnation) may act in the job: GA_E_RANK, GA_E_NOT_MEMBER (never joined,
+ * left, or an unknown incarnation), GA_E_STALE (a replaced incarnation). Message in why. */
+ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarnation, char *why, size_t cap);
+
+/* Estimated bytes the store will hold for n more elements (parameters, sum, optimizer state,
+ * publications). */
+uint64_t ga_job_bytes_per_element(const ga_job *job);
+
+#endif
