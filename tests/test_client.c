@@ -2,7 +2,8 @@
  * W workers in threads hold bit-identical parameters (fp32 and delta pulls, heterogeneous
  * codecs), a dense job matches a local rank-order oracle bit for bit, a straggler's push is
  * folded back into its residual and counted late, a resent push is acknowledged as a duplicate
- * and counted once, and errors carry the server's exact statuses and words. */
+ * and counted once, a Join before the server is up is retried until it is, and errors carry the
+ * server's exact statuses and words. */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -389,6 +390,56 @@ static void resent_push_counted_once(void **state)
     worker_close(&wk);
 }
 
+/* A worker started before its server: Join is retried on UNAVAILABLE until the server is up. */
+typedef struct early_join {
+    ga_client_options o;
+    ga_client *c;
+    ga_status st;
+    char msg[256];
+} early_join;
+
+static void *join_early(void *arg)
+{
+    early_join *e = arg;
+    e->st = ga_client_create(&e->o, &e->c, e->msg, sizeof e->msg);
+    return NULL;
+}
+
+static void join_waits_for_server(void **state)
+{
+    (void)state;
+    /* A port that was free a moment ago. */
+    ga_config cfg;
+    ga_config_defaults(&cfg);
+    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
+    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    cfg.log_level = GA_LOG_WARN;
+    ga_server *late = NULL;
+    assert_int_equal(ga_server_start(&cfg, &late), GA_OK);
+    int port = ga_server_port(late);
+    ga_server_destroy(late);
+
+    early_join e = {.o = options("early", 0, 1)};
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    e.o.server = target;
+    e.o.max_retries = 50;
+    e.o.backoff_ms = 20;
+    e.o.backoff_max_ms = 40;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, join_early, &e), 0);
+    sleep_ms(300);
+    snprintf(cfg.listen, sizeof cfg.listen, "%s", target);
+    assert_int_equal(ga_server_start(&cfg, &late), GA_OK);
+    pthread_join(th, NULL);
+    if (e.st != GA_OK) fail_msg("early join: %s", e.msg);
+    ga_client_stats st;
+    ga_client_get_stats(e.c, &st);
+    assert_true(st.retries >= 1);
+    ga_client_destroy(e.c);
+    ga_server_destroy(late);
+}
+
 /* ---- errors ---- */
 
 static void errors_carry_exact_status(void **state)
@@ -449,6 +500,7 @@ int main(void)
         cmocka_unit_test(async_commits),
         cmocka_unit_test(straggler_folded_back),
         cmocka_unit_test(resent_push_counted_once),
+        cmocka_unit_test(join_waits_for_server),
         cmocka_unit_test(errors_carry_exact_status),
     };
     int failed = cmocka_run_group_tests(tests, start_server, stop_server);
