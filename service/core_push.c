@@ -374,7 +374,8 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     ga_member *m = &job->members[push->rank];
     if (m->has_pushed && push->step <= m->last_step) {
         job->duplicate_pushes++;
-        ack(call, push->step, true, job->version);
+        /* Commits are applied in order, so the queued target already includes this one. */
+        ack(call, push->step, true, job->target);
         ga_push_free(push);
         return;
     }
@@ -385,9 +386,11 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     job->any_commit = true;
     m->has_pushed = true;
     m->last_step = push->step;
-    ack(call, push->step, false, job->version);
+    uint64_t step = push->step; /* queue_accumulate takes push */
     queue_accumulate(job, push);
     queue_apply(job, 1, job->target + 1);
+    /* Async acks name the version that will include this commit: a pull for it reads it. */
+    ack(call, step, false, job->target);
     return;
 refuse:
     ga_call_finish(call, NULL, st, "%s", why);

@@ -817,7 +817,7 @@ static void test_async(void **state)
 
     ga_call *waiting = pull(&h, "a", 1, 101, 1, false, 0);
     assert_false(waiting->finished);
-    expect_ack(push_step(&h, "a", &wl, 0, 0, 0), 0, false, 0);
+    expect_ack(push_step(&h, "a", &wl, 0, 0, 0), 0, false, 1); /* async acks name the version with the commit */
     settle(&h);
     async_commit(&m, &wl, 0, 0);
     worker w;
@@ -826,14 +826,14 @@ static void test_async(void **state)
     assert_int_equal(w.version, 1);
     expect_model(&w, &m);
     /* Each worker counts its own steps; a repeated step is a duplicate. */
-    expect_ack(push_step(&h, "a", &wl, 1, 1, 0), 0, false, 1);
+    expect_ack(push_step(&h, "a", &wl, 1, 1, 0), 0, false, 2);
     settle(&h);
     async_commit(&m, &wl, 1, 1);
     expect_ack(push_step(&h, "a", &wl, 0, 0, 0), 0, true, 2);
     /* Back to back, without waiting for the math: applied in commit order. */
-    expect_ack(push_step(&h, "a", &wl, 2, 0, 1), 1, false, 2);
-    expect_ack(push_step(&h, "a", &wl, 2, 1, 1), 1, false, 2);
-    expect_ack(push_step(&h, "a", &wl, 3, 1, 2), 2, false, 2);
+    expect_ack(push_step(&h, "a", &wl, 2, 0, 1), 1, false, 3);
+    expect_ack(push_step(&h, "a", &wl, 2, 1, 1), 1, false, 4);
+    expect_ack(push_step(&h, "a", &wl, 3, 1, 2), 2, false, 5);
     ga_call *p5 = pull(&h, "a", 0, 100, 5, false, 0); /* promised by the queued commits */
     done(pull(&h, "a", 0, 100, 7, false, 0), GA_E_VERSION);
     ga_call *p6 = pull(&h, "a", 0, 100, 6, false, 0); /* the next after them: waits */
@@ -845,7 +845,7 @@ static void test_async(void **state)
     assert_int_equal(w.version, 5);
     expect_model(&w, &m);
     assert_false(p6->finished);
-    expect_ack(push_step(&h, "a", &wl, 3, 0, 2), 2, false, 5);
+    expect_ack(push_step(&h, "a", &wl, 3, 0, 2), 2, false, 6);
     settle(&h);
     async_commit(&m, &wl, 3, 0);
     worker_apply(&w, p6);
