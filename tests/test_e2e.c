@@ -20,6 +20,7 @@
 #include "config.h"
 #include "ga_alloc.h"
 #include "ga_codec.h"
+#include "ga_exec.h"
 #include "ga_optim.h"
 #include "ga_wire.h"
 #include "gradagg.h"
@@ -36,10 +37,11 @@ typedef struct e2e {
     ga_channel *ch;
 } e2e;
 
-static void e2e_start(e2e *t, uint32_t max_message_mb)
+static void e2e_start_on(e2e *t, uint32_t max_message_mb, ga_backend backend)
 {
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.backend = backend;
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "/tmp/gradagg-e2e-%d", (int)getpid());
     cfg.log_level = GA_LOG_WARN;
@@ -47,6 +49,11 @@ static void e2e_start(e2e *t, uint32_t max_message_mb)
     assert_int_equal(ga_server_start(&cfg, &t->server), GA_OK);
     snprintf(t->target, sizeof t->target, "127.0.0.1:%d", ga_server_port(t->server));
     assert_int_equal(ga_channel_create(t->target, 64u << 20, &t->ch), GA_OK);
+}
+
+static void e2e_start(e2e *t, uint32_t max_message_mb)
+{
+    e2e_start_on(t, max_message_mb, GA_BACKEND_CPU);
 }
 
 static void e2e_stop(e2e *t)
@@ -472,6 +479,23 @@ static void test_arrival_order_is_bit_identical(void **state)
         }
     assert_true(memcmp(a, b, sizeof a) != 0);
     e2e_stop(&t);
+}
+
+/* The CUDA backend gives the CPU backend's bytes (skipped without a device). */
+static void test_cuda_backend_bit_identical(void **state)
+{
+    (void)state;
+    if (!ga_cuda_built() || ga_cuda_device_count() < 1) skip();
+    static const int order[ORD_W] = {2, 0, 1};
+    static float cpu[ORD_N], gpu[ORD_N];
+    e2e t;
+    e2e_start_on(&t, 0, GA_BACKEND_CPU);
+    push_in_order(&t, "backend", order, cpu);
+    e2e_stop(&t);
+    e2e_start_on(&t, 0, GA_BACKEND_CUDA);
+    push_in_order(&t, "backend", order, gpu);
+    e2e_stop(&t);
+    assert_memory_equal(cpu, gpu, sizeof cpu);
 }
 
 static void test_broken_stream_commits_nothing_and_retry_counts_once(void **state)
@@ -946,6 +970,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sdk_mixed_codecs_match_reference),
         cmocka_unit_test(test_arrival_order_is_bit_identical),
+        cmocka_unit_test(test_cuda_backend_bit_identical),
         cmocka_unit_test(test_broken_stream_commits_nothing_and_retry_counts_once),
         cmocka_unit_test(test_straggler_deadline_closes_with_quorum),
         cmocka_unit_test(test_async_applies_each_commit),
