@@ -116,28 +116,7 @@ ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params 
     return out;
 }
 
-void ga_client_codec_msg(ga_codec_id codec, const ga_codec_params *p, Gradagg__V1__Codec *out)
-{
-    gradagg__v1__codec__init(out);
-    out->id = (Gradagg__V1__CodecId)codec;
-    out->threshold = p->threshold;
-    out->ratio = p->ratio;
-    out->sample_fraction = p->sample_fraction;
-    out->adapt_rounds = p->adapt_rounds;
-    out->seed = p->seed;
-    out->topk_values = p->topk_values;
-    out->topk_indices = p->topk_indices;
-}
-
 /* ---- create ---- */
-
-static char *dup_string(const char *s)
-{
-    size_t len = strlen(s) + 1;
-    char *d = ga_malloc(len);
-    if (d) memcpy(d, s, len);
-    return d;
-}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -240,7 +219,7 @@ static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap)
     strag.quorum = o->quorum;
     Gradagg__V1__Codec pull = GRADAGG__V1__CODEC__INIT;
     ga_codec_params pp = ga_client_codec_params(o->pull_codec, &o->pull_params);
-    ga_client_codec_msg(o->pull_codec, &pp, &pull);
+    ga_codec_to_wire(o->pull_codec, &pp, &pull);
     Gradagg__V1__JobConfig cfg = GRADAGG__V1__JOB_CONFIG__INIT;
     cfg.world_size = o->world_size;
     cfg.mode = o->mode == GA_MODE_ASYNC ? GRADAGG__V1__MODE__MODE_ASYNC : GRADAGG__V1__MODE__MODE_SYNC;
@@ -280,8 +259,8 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     ga_client *c = ga_calloc(1, sizeof *c);
     if (!c) goto nomem;
     c->opt = *opt;
-    c->server = dup_string(opt->server);
-    c->job = dup_string(opt->job);
+    c->server = ga_strdup(opt->server);
+    c->job = ga_strdup(opt->job);
     if (!c->server || !c->job) goto nomem;
     c->opt.server = c->server;
     c->opt.job = c->job;
@@ -433,7 +412,7 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
         c->tensors_cap = cap;
     }
     ga_tensor t = {0};
-    t.name = dup_string(name);
+    t.name = ga_strdup(name);
     t.shape = ga_malloc((size_t)ndim * sizeof *t.shape);
     bool ok = t.name && t.shape;
     t.ndim = ndim;

@@ -76,8 +76,6 @@ ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *
 /* Monotonic seconds. */
 double ga_client_now(void);
 
-/* The wire form of a codec and its parameters (fields outside the codec's own are zero). */
-void ga_client_codec_msg(ga_codec_id codec, const ga_codec_params *p, Gradagg__V1__Codec *out);
 /* Copies the fields `codec` reads (ga_codec_params_default when p is all zero); the rest 0. */
 ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p);
 

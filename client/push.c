@@ -212,7 +212,7 @@ static ga_status push_attempt(ga_client *c, void *arg, char *why, size_t cap)
             ga_push_part *p = &t->parts[k];
             chunk.offset = p->off;
             chunk.count = p->count;
-            ga_client_codec_msg(t->codec, &p->params, &codec);
+            ga_codec_to_wire(t->codec, &p->params, &codec);
             st = ga_stream_send(s, &chunk.base, t->buf + p->pos, p->len);
         }
     }

@@ -70,3 +70,11 @@ void ga_free(void *p)
     h->magic = 0;
     free(h);
 }
+
+char *ga_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = ga_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}

@@ -31,6 +31,8 @@ void *ga_malloc(size_t bytes);
 void *ga_calloc(size_t count, size_t size);
 /* Frees a block from ga_malloc/ga_calloc. ga_free(NULL) is a no-op. */
 void ga_free(void *p);
+/* A ga_malloc'd copy of the NUL-terminated s (free with ga_free), or NULL when out of memory. */
+char *ga_strdup(const char *s);
 
 /* Device and pinned memory (implemented in ga_alloc_cuda.cu). Without CUDA, allocation fails
  * with GA_E_NO_CUDA. *out is written only on success. Freeing NULL is a no-op. */

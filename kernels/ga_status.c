@@ -1,6 +1,9 @@
 /* Names and messages for ga_status, generated from GA_STATUS_MAP. */
 #include "ga_status.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 const char *ga_status_name(int status)
 {
     switch (status) {
@@ -23,4 +26,15 @@ const char *ga_strerror(int status)
 #undef GA_STATUS_MSG
     }
     return "unknown status";
+}
+
+ga_status ga_status_fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
+{
+    if (why && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
 }

@@ -3,6 +3,8 @@
 #ifndef GA_STATUS_H
 #define GA_STATUS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,6 +66,9 @@ typedef enum ga_status {
 const char *ga_status_name(int status);
 /* Human-readable message for a status. Static string. */
 const char *ga_strerror(int status);
+/* Writes a printf-formatted message to why[0..cap) (nothing when why is NULL or cap is 0) and
+ * returns st: `return ga_status_fail(GA_E_RANK, why, cap, "rank %u >= %u", r, w);` */
+ga_status ga_status_fail(ga_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Evaluate expr (a ga_status); on failure store it in rc and jump to label. */
 #define GA_CHECK_GOTO(expr, rc, label) \

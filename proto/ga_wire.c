@@ -229,3 +229,16 @@ grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload,
     if (payload && !with_payload && release) release(ud);
     return bb;
 }
+
+void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w)
+{
+    gradagg__v1__codec__init(w);
+    w->id = (Gradagg__V1__CodecId)id;
+    w->threshold = p->threshold;
+    w->ratio = p->ratio;
+    w->sample_fraction = p->sample_fraction;
+    w->adapt_rounds = p->adapt_rounds;
+    w->seed = p->seed;
+    w->topk_values = p->topk_values;
+    w->topk_indices = p->topk_indices;
+}

@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ga_codec.h"
 #include "ga_status.h"
+#include "gradagg/v1/gradagg.pb-c.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +50,9 @@ ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffe
  * when packing fails. Returns owned (grpc_byte_buffer_destroy), or NULL when out of memory. */
 grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload, size_t len,
                                void (*release)(void *), void *ud);
+
+/* Writes a codec and its parameters into the wire message w (initialised here; no allocation). */
+void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w);
 
 #ifdef __cplusplus
 }

@@ -13,26 +13,6 @@
 #define MAX_TENSOR_NAME 1024u
 #define MAX_DIMS 32u
 
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
-{
-    if (why && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static char *dup_string(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = ga_malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
 
 /* Grows parts (elem bytes each) to hold one more. */
 static ga_status reserve(void **parts, size_t *cap, size_t count, size_t elem)
@@ -54,11 +34,11 @@ ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_c
     static const Gradagg__V1__Codec none = GRADAGG__V1__CODEC__INIT;
     if (!w) w = &none; /* proto3: an absent message reads as its defaults, codec none */
     if ((unsigned)w->id >= GA_CODEC_COUNT)
-        return fail(GA_E_CODEC, why, cap, "%s: codec id %d is not one of 0..%d", what, (int)w->id, GA_CODEC_COUNT - 1);
+        return ga_status_fail(GA_E_CODEC, why, cap, "%s: codec id %d is not one of 0..%d", what, (int)w->id, GA_CODEC_COUNT - 1);
     if (w->topk_values > GA_TOPK_VALUES_FP16)
-        return fail(GA_E_INVAL, why, cap, "%s: topk_values %u is neither 0 (fp32) nor 1 (fp16)", what, w->topk_values);
+        return ga_status_fail(GA_E_INVAL, why, cap, "%s: topk_values %u is neither 0 (fp32) nor 1 (fp16)", what, w->topk_values);
     if (w->topk_indices > GA_TOPK_INDICES_VARINT)
-        return fail(GA_E_INVAL, why, cap, "%s: topk_indices %u is neither 0 (int32) nor 1 (varint)", what,
+        return ga_status_fail(GA_E_INVAL, why, cap, "%s: topk_indices %u is neither 0 (int32) nor 1 (varint)", what,
                     w->topk_indices);
     ga_codec_params q = {
         .threshold = w->threshold,
@@ -72,31 +52,18 @@ ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_c
     ga_codec_id c = (ga_codec_id)w->id;
     ga_status st = ga_codec_params_validate(c, &q);
     if (st == GA_E_THRESHOLD)
-        return fail(st, why, cap, "%s: codec %s threshold %g must be finite%s", what, ga_codec_name(c),
+        return ga_status_fail(st, why, cap, "%s: codec %s threshold %g must be finite%s", what, ga_codec_name(c),
                     (double)q.threshold, c == GA_CODEC_2BIT ? " and > 0" : "");
     if (st == GA_E_RATIO)
-        return fail(st, why, cap, "%s: codec topk ratio %g and sample_fraction %g must lie in (0, 1]", what,
+        return ga_status_fail(st, why, cap, "%s: codec topk ratio %g and sample_fraction %g must lie in (0, 1]", what,
                     (double)q.ratio, (double)q.sample_fraction);
     if (st == GA_E_INVAL)
-        return fail(st, why, cap, "%s: codec topk adapt_rounds %u exceeds %u", what, q.adapt_rounds,
+        return ga_status_fail(st, why, cap, "%s: codec topk adapt_rounds %u exceeds %u", what, q.adapt_rounds,
                     GA_TOPK_MAX_ROUNDS);
-    if (st != GA_OK) return fail(st, why, cap, "%s: codec %s parameters: %s", what, ga_codec_name(c), ga_strerror(st));
+    if (st != GA_OK) return ga_status_fail(st, why, cap, "%s: codec %s parameters: %s", what, ga_codec_name(c), ga_strerror(st));
     *id = c;
     *p = q;
     return GA_OK;
-}
-
-void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w)
-{
-    gradagg__v1__codec__init(w);
-    w->id = (Gradagg__V1__CodecId)id;
-    w->threshold = p->threshold;
-    w->ratio = p->ratio;
-    w->sample_fraction = p->sample_fraction;
-    w->adapt_rounds = p->adapt_rounds;
-    w->seed = p->seed;
-    w->topk_values = p->topk_values;
-    w->topk_indices = p->topk_indices;
 }
 
 /* ---- push ---- */
@@ -110,29 +77,29 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
                                   ga_push_part *part, char *why, size_t cap)
 {
     size_t k = b ? b->count : 0;
-    if (!c->job || !c->job[0]) return fail(GA_E_INVAL, why, cap, "push chunk %zu: job name is empty", k);
+    if (!c->job || !c->job[0]) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name is empty", k);
     if (strlen(c->job) > MAX_JOB_NAME)
-        return fail(GA_E_INVAL, why, cap, "push chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
-    if (c->incarnation == 0) return fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
+        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
+    if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
-            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'", k,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'", k,
                         c->job, b->job);
         if (c->rank != b->rank)
-            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has rank %u, the stream began with rank %u", k,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has rank %u, the stream began with rank %u", k,
                         c->rank, b->rank);
         if (c->incarnation != b->incarnation)
-            return fail(GA_E_STREAM_MIXED, why, cap,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap,
                         "push chunk %zu has incarnation %llu, the stream began with incarnation %llu", k,
                         (unsigned long long)c->incarnation, (unsigned long long)b->incarnation);
         if (c->step != b->step)
-            return fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu", k,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu", k,
                         (unsigned long long)c->step, (unsigned long long)b->step);
     }
-    if (!c->tensor || !c->tensor[0]) return fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name is empty", k);
-    if (c->count == 0) return fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): count is 0", k, c->tensor);
+    if (!c->tensor || !c->tensor[0]) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name is empty", k);
+    if (c->count == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): count is 0", k, c->tensor);
     if (c->offset > UINT64_MAX - c->count || c->count > SIZE_MAX)
-        return fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): offset %llu + count %llu overflows", k,
+        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): offset %llu + count %llu overflows", k,
                     c->tensor, (unsigned long long)c->offset, (unsigned long long)c->count);
     char what[96];
     snprintf(what, sizeof what, "push chunk %zu (tensor '%.40s')", k, c->tensor);
@@ -142,17 +109,17 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (st == GA_E_LENGTH) {
         size_t need = 0;
         ga_codec_encoded_size(part->codec, &part->params, n, &need);
-        return fail(st, why, cap, "%s: payload of %zu bytes, codec %s takes %s%zu bytes for %zu elements", what, len,
+        return ga_status_fail(st, why, cap, "%s: payload of %zu bytes, codec %s takes %s%zu bytes for %zu elements", what, len,
                     ga_codec_name(part->codec), ga_codec_fixed_size(part->codec) ? "" : "at most ", need, n);
     }
     if (st == GA_E_INVAL)
-        return fail(st, why, cap, "%s: payload at %p is not 4-byte aligned", what, (void *)c->payload.data);
+        return ga_status_fail(st, why, cap, "%s: payload at %p is not 4-byte aligned", what, (void *)c->payload.data);
     if (st != GA_OK)
-        return fail(st, why, cap, "%s: codec %s payload of %zu elements: %s", what, ga_codec_name(part->codec), n,
+        return ga_status_fail(st, why, cap, "%s: codec %s payload of %zu elements: %s", what, ga_codec_name(part->codec), n,
                     ga_strerror(st));
     size_t held = b ? b->payload_bytes : 0;
     if (len > max_bytes || held > max_bytes - len)
-        return fail(GA_E_LIMIT, why, cap, "%s: the stream's payload would reach %zu bytes, over the limit of %zu", what,
+        return ga_status_fail(GA_E_LIMIT, why, cap, "%s: the stream's payload would reach %zu bytes, over the limit of %zu", what,
                     held + len, max_bytes);
     return GA_OK;
 }
@@ -163,14 +130,14 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
     ga_push *b = *push, *fresh = NULL;
     ga_push_part part = {0};
     if (!chunk) {
-        rc = fail(GA_E_INVAL, why, why_cap, "no chunk");
+        rc = ga_status_fail(GA_E_INVAL, why, why_cap, "no chunk");
         goto fail;
     }
     GA_CHECK_GOTO(check_push_chunk(b, chunk, max_bytes, &part, why, why_cap), rc, fail);
     if (!b) {
         fresh = ga_calloc(1, sizeof *fresh);
-        if (!fresh || !(fresh->job = dup_string(chunk->job))) {
-            rc = fail(GA_E_NOMEM, why, why_cap, "out of memory");
+        if (!fresh || !(fresh->job = ga_strdup(chunk->job))) {
+            rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
             goto fail;
         }
         fresh->rank = chunk->rank;
@@ -179,7 +146,7 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
-        rc = fail(GA_E_NOMEM, why, why_cap, "out of memory");
+        rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
     part.chunk = chunk;
@@ -231,35 +198,35 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
 {
     size_t k = b ? b->count : 0;
     char text[128];
-    if (!c->job || !c->job[0]) return fail(GA_E_INVAL, why, cap, "init chunk %zu: job name is empty", k);
+    if (!c->job || !c->job[0]) return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: job name is empty", k);
     if (strlen(c->job) > MAX_JOB_NAME)
-        return fail(GA_E_INVAL, why, cap, "init chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
-    if (c->incarnation == 0) return fail(GA_E_INVAL, why, cap, "init chunk %zu: incarnation is 0 (must be nonzero)", k);
+        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
+    if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
-            return fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu names job '%s', the stream began with job '%s'", k,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu names job '%s', the stream began with job '%s'", k,
                         c->job, b->job);
         if (c->rank != b->rank)
-            return fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu has rank %u, the stream began with rank %u", k,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "init chunk %zu has rank %u, the stream began with rank %u", k,
                         c->rank, b->rank);
         if (c->incarnation != b->incarnation)
-            return fail(GA_E_STREAM_MIXED, why, cap,
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap,
                         "init chunk %zu has incarnation %llu, the stream began with incarnation %llu", k,
                         (unsigned long long)c->incarnation, (unsigned long long)b->incarnation);
     }
-    if (!c->tensor || !c->tensor[0]) return fail(GA_E_INVAL, why, cap, "init chunk %zu: tensor name is empty", k);
+    if (!c->tensor || !c->tensor[0]) return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: tensor name is empty", k);
     if (strlen(c->tensor) > MAX_TENSOR_NAME)
-        return fail(GA_E_INVAL, why, cap, "init chunk %zu: tensor name longer than %u bytes", k, MAX_TENSOR_NAME);
+        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: tensor name longer than %u bytes", k, MAX_TENSOR_NAME);
     if (c->n_shape == 0 || c->n_shape > MAX_DIMS)
-        return fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape has %zu dimensions, not 1..%u", k,
+        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape has %zu dimensions, not 1..%u", k,
                     c->tensor, c->n_shape, MAX_DIMS);
     uint64_t elems = 1;
     for (size_t d = 0; d < c->n_shape; d++) {
         if (c->shape[d] == 0)
-            return fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape %s has a zero dimension", k,
+            return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape %s has a zero dimension", k,
                         c->tensor, ga_shape_text(c->shape, c->n_shape, text, sizeof text));
         if (elems > (SIZE_MAX / 8) / c->shape[d])
-            return fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape %s has too many elements", k,
+            return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): shape %s has too many elements", k,
                         c->tensor, ga_shape_text(c->shape, c->n_shape, text, sizeof text));
         elems *= c->shape[d];
     }
@@ -270,7 +237,7 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
             if (strcmp(e->tensor, c->tensor) != 0) continue;
             if (!same_shape(e, c)) {
                 char other[128];
-                return fail(GA_E_SHAPE, why, cap, "init chunk %zu gives tensor '%s' shape %s, chunk %zu gave %s", k,
+                return ga_status_fail(GA_E_SHAPE, why, cap, "init chunk %zu gives tensor '%s' shape %s, chunk %zu gave %s", k,
                             c->tensor, ga_shape_text(c->shape, c->n_shape, text, sizeof text), i,
                             ga_shape_text(e->shape, e->n_shape, other, sizeof other));
             }
@@ -278,26 +245,26 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
         }
     }
     if (c->offset > elems || c->count > elems - c->offset)
-        return fail(GA_E_COVERAGE, why, cap,
+        return ga_status_fail(GA_E_COVERAGE, why, cap,
                     "init chunk %zu (tensor '%s'): elements [%llu, %llu + %llu) outside its %llu elements", k,
                     c->tensor, (unsigned long long)c->offset, (unsigned long long)c->offset,
                     (unsigned long long)c->count, (unsigned long long)elems);
     size_t len = c->values.len;
     if (len > 0) {
         if (c->count == 0 || len != 4 * c->count)
-            return fail(GA_E_LENGTH, why, cap,
+            return ga_status_fail(GA_E_LENGTH, why, cap,
                         "init chunk %zu (tensor '%s'): %zu bytes of values for count %llu (need %llu)", k, c->tensor,
                         len, (unsigned long long)c->count, (unsigned long long)(4 * c->count));
         ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
         ga_status st = ga_codec_check_payload(GA_CODEC_NONE, &none, c->values.data, len, (size_t)c->count);
         if (st == GA_E_NONFINITE)
-            return fail(st, why, cap, "init chunk %zu (tensor '%s'): values hold NaN or Inf", k, c->tensor);
+            return ga_status_fail(st, why, cap, "init chunk %zu (tensor '%s'): values hold NaN or Inf", k, c->tensor);
         if (st != GA_OK)
-            return fail(st, why, cap, "init chunk %zu (tensor '%s'): values: %s", k, c->tensor, ga_strerror(st));
+            return ga_status_fail(st, why, cap, "init chunk %zu (tensor '%s'): values: %s", k, c->tensor, ga_strerror(st));
     }
     size_t held = b ? b->payload_bytes : 0;
     if (len > max_bytes || held > max_bytes - len)
-        return fail(GA_E_LIMIT, why, cap,
+        return ga_status_fail(GA_E_LIMIT, why, cap,
                     "init chunk %zu: the stream's values would reach %zu bytes, over the limit of %zu", k, held + len,
                     max_bytes);
     return GA_OK;
@@ -308,14 +275,14 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
     ga_status rc;
     ga_init *b = *init, *fresh = NULL;
     if (!chunk) {
-        rc = fail(GA_E_INVAL, why, why_cap, "no chunk");
+        rc = ga_status_fail(GA_E_INVAL, why, why_cap, "no chunk");
         goto fail;
     }
     GA_CHECK_GOTO(check_init_chunk(b, chunk, max_bytes, why, why_cap), rc, fail);
     if (!b) {
         fresh = ga_calloc(1, sizeof *fresh);
-        if (!fresh || !(fresh->job = dup_string(chunk->job))) {
-            rc = fail(GA_E_NOMEM, why, why_cap, "out of memory");
+        if (!fresh || !(fresh->job = ga_strdup(chunk->job))) {
+            rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
             goto fail;
         }
         fresh->rank = chunk->rank;
@@ -323,7 +290,7 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
-        rc = fail(GA_E_NOMEM, why, why_cap, "out of memory");
+        rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
     b->parts[b->count++].chunk = chunk;

@@ -65,8 +65,6 @@ void ga_init_free(ga_init *init);
  * GA_E_THRESHOLD, GA_E_RATIO. Any thread. */
 ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_codec_id *id, ga_codec_params *p,
                              char *why, size_t why_cap);
-/* The reverse, into *w (initialised here). */
-void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w);
 /* "[3, 4]" into buf[0..cap); returns buf. */
 const char *ga_shape_text(const uint64_t *shape, size_t n, char *buf, size_t cap);
 

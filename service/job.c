@@ -10,26 +10,6 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static ga_status fail(ga_status st, char *why, size_t cap, const char *fmt, ...)
-{
-    if (why && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static char *dup_string(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = ga_malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
 
 /* ---- settings ---- */
 
@@ -45,13 +25,13 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
 {
     static const Gradagg__V1__Optimizer no_optim = GRADAGG__V1__OPTIMIZER__INIT;
     static const Gradagg__V1__Straggler no_straggler = GRADAGG__V1__STRAGGLER__INIT;
-    if (!cfg) return fail(GA_E_INVAL, why, cap, "config is missing: the first Join of a job creates it");
+    if (!cfg) return ga_status_fail(GA_E_INVAL, why, cap, "config is missing: the first Join of a job creates it");
     if (cfg->world_size < 1 || cfg->world_size > GA_JOB_MAX_WORLD)
-        return fail(GA_E_INVAL, why, cap, "config.world_size %u outside [1, %u]", cfg->world_size, GA_JOB_MAX_WORLD);
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.world_size %u outside [1, %u]", cfg->world_size, GA_JOB_MAX_WORLD);
     if (cfg->mode != GRADAGG__V1__MODE__MODE_SYNC && cfg->mode != GRADAGG__V1__MODE__MODE_ASYNC)
-        return fail(GA_E_INVAL, why, cap, "config.mode %d is neither 0 (sync) nor 1 (async)", (int)cfg->mode);
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.mode %d is neither 0 (sync) nor 1 (async)", (int)cfg->mode);
     if (cfg->reduce != GRADAGG__V1__REDUCE__REDUCE_SUM && cfg->reduce != GRADAGG__V1__REDUCE__REDUCE_MEAN)
-        return fail(GA_E_INVAL, why, cap, "config.reduce %d is neither 0 (sum) nor 1 (mean)", (int)cfg->reduce);
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.reduce %d is neither 0 (sum) nor 1 (mean)", (int)cfg->reduce);
     const Gradagg__V1__Optimizer *o = cfg->optimizer ? cfg->optimizer : &no_optim;
     const Gradagg__V1__Straggler *st = cfg->straggler ? cfg->straggler : &no_straggler;
     ga_job_settings s = {.world = cfg->world_size, .async = cfg->mode == GRADAGG__V1__MODE__MODE_ASYNC};
@@ -60,13 +40,13 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
     case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_SGD: s.store.optim = GA_OPTIM_SGD; break;
     case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_ADAM: s.store.optim = GA_OPTIM_ADAM; break;
     default:
-        return fail(GA_E_INVAL, why, cap, "config.optimizer.kind %d is not 0 (none), 1 (sgd) or 2 (adam)",
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.optimizer.kind %d is not 0 (none), 1 (sgd) or 2 (adam)",
                     (int)o->kind);
     }
     s.store.sgd = (ga_sgd_params){o->lr, o->momentum, o->weight_decay, o->nesterov != 0};
     s.store.adam = (ga_adam_params){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->decoupled != 0};
     if (st->quorum > cfg->world_size)
-        return fail(GA_E_INVAL, why, cap, "config.straggler.quorum %u exceeds world_size %u", st->quorum,
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.straggler.quorum %u exceeds world_size %u", st->quorum,
                     cfg->world_size);
     s.deadline_ms = st->deadline_ms;
     s.quorum = st->quorum;
@@ -206,14 +186,14 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
 {
     ga_status rc = GA_E_NOMEM;
     ga_job *job = ga_calloc(1, sizeof *job);
-    if (!job) return fail(GA_E_NOMEM, why, cap, "out of memory creating job '%s'", name);
+    if (!job) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating job '%s'", name);
     job->core = core;
     job->world = set->world;
     job->async = set->async;
     job->deadline_ms = set->deadline_ms;
     job->quorum = set->quorum;
     job->store_cfg = set->store;
-    if (!(job->name = dup_string(name)) || !(job->config = copy_config(cfg)) ||
+    if (!(job->name = ga_strdup(name)) || !(job->config = copy_config(cfg)) ||
         !(job->members = ga_calloc(set->world, sizeof *job->members)) ||
         !(job->timer = ga_calloc(1, sizeof *job->timer)))
         goto fail;
@@ -223,9 +203,9 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
         char text[256];
         optim_text(&job->store_cfg, text, sizeof text);
         if (rc == GA_E_OPTIM)
-            fail(rc, why, cap, "config.optimizer: %s", text);
+            ga_status_fail(rc, why, cap, "config.optimizer: %s", text);
         else
-            fail(rc, why, cap, "job '%s': parameter store: %s", name, ga_strerror(rc));
+            ga_status_fail(rc, why, cap, "job '%s': parameter store: %s", name, ga_strerror(rc));
         goto fail_quiet;
     }
     job->store_bytes = ga_store_bytes(job->store);
@@ -235,7 +215,7 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     *out = job;
     return GA_OK;
 fail:
-    fail(rc, why, cap, "job '%s': %s", name, ga_strerror(rc));
+    ga_status_fail(rc, why, cap, "job '%s': %s", name, ga_strerror(rc));
 fail_quiet:
     ga_free(job->timer);
     job_free_fields(job);
@@ -308,7 +288,7 @@ long ga_job_tensor_add(ga_job *job, const char *name, const uint64_t *shape, siz
     }
     ga_tensor *t = &job->tensors[job->ntensors];
     *t = (ga_tensor){.ndim = ndim, .elements = elements};
-    t->name = dup_string(name);
+    t->name = ga_strdup(name);
     t->shape = ga_malloc(ndim * sizeof *shape);
     if (!t->name || !t->shape) goto fail;
     memcpy(t->shape, shape, ndim * sizeof *shape);
@@ -348,21 +328,21 @@ void ga_job_tensor_truncate(ga_job *job, size_t from)
 ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarnation, char *why, size_t cap)
 {
     if (rank >= job->world)
-        return fail(GA_E_RANK, why, cap, "rank %u outside [0, %u) of job '%s'", rank, job->world, job->name);
+        return ga_status_fail(GA_E_RANK, why, cap, "rank %u outside [0, %u) of job '%s'", rank, job->world, job->name);
     const ga_member *m = &job->members[rank];
     if (m->incarnation == incarnation && incarnation != 0) {
         if (m->left)
-            return fail(GA_E_NOT_MEMBER, why, cap, "rank %u (incarnation %" PRIu64 ") left job '%s'", rank, incarnation,
+            return ga_status_fail(GA_E_NOT_MEMBER, why, cap, "rank %u (incarnation %" PRIu64 ") left job '%s'", rank, incarnation,
                         job->name);
         return GA_OK;
     }
     for (unsigned i = 0; i < GA_JOB_REPLACED; i++)
         if (m->replaced[i] == incarnation && incarnation != 0)
-            return fail(GA_E_STALE, why, cap,
+            return ga_status_fail(GA_E_STALE, why, cap,
                         "rank %u incarnation %" PRIu64 " of job '%s' was replaced by incarnation %" PRIu64, rank,
                         incarnation, job->name, m->incarnation);
-    if (m->incarnation == 0) return fail(GA_E_NOT_MEMBER, why, cap, "rank %u has not joined job '%s'", rank, job->name);
-    return fail(GA_E_NOT_MEMBER, why, cap,
+    if (m->incarnation == 0) return ga_status_fail(GA_E_NOT_MEMBER, why, cap, "rank %u has not joined job '%s'", rank, job->name);
+    return ga_status_fail(GA_E_NOT_MEMBER, why, cap,
                 "rank %u of job '%s' is held by incarnation %" PRIu64 ", not %" PRIu64 " (join first)", rank, job->name,
                 m->incarnation, incarnation);
 }

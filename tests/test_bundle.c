@@ -13,6 +13,7 @@
 #include "test_memory.h"
 
 #include "bundle.h"
+#include "ga_wire.h"
 #include "fake_call.h"
 #include "ga_alloc.h"
 
