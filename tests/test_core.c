@@ -18,6 +18,7 @@
 #include "core_internal.h"
 #include "fake_call.h"
 #include "ga_alloc.h"
+#include "ga_wire.h"
 #include "ga_codec.h"
 #include "ga_optim.h"
 #include "ga_reduce.h"
