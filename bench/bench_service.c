@@ -76,8 +76,9 @@ static int server_start(const char *bin, server_proc *out)
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--data-dir", "/tmp/gradagg-bench-data", "--log-level", "warn",
-              (char *)NULL);
+        /* GRADAGG_LOG_LEVEL (default warn here) and other GRADAGG_* settings pass through. */
+        setenv("GRADAGG_LOG_LEVEL", getenv("GRADAGG_LOG_LEVEL") ? getenv("GRADAGG_LOG_LEVEL") : "warn", 1);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--data-dir", "/tmp/gradagg-bench-data", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -130,7 +131,7 @@ static double proc_cpu_s(pid_t pid)
 }
 
 /* Server-side totals of a job from the Status RPC. */
-static int job_server_times(int port, const char *job, double *accumulate_s, double *apply_s)
+static int status_rpc(int port, const char *job, double *accumulate_s, double *apply_s)
 {
     char target[64], msg[256];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
@@ -150,6 +151,31 @@ static int job_server_times(int port, const char *job, double *accumulate_s, dou
     }
     ga_channel_destroy(ch);
     return rc == GA_OK ? 0 : -1;
+}
+
+/* status_rpc in a child process: this process forks the workers of every configuration, and a
+ * process that has started gRPC must not fork (the children's gRPC would hang). */
+static int job_server_times(int port, const char *job, double *accumulate_s, double *apply_s)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        double t[2];
+        int rc = status_rpc(port, job, &t[0], &t[1]);
+        _exit(rc == 0 && write(fds[1], t, sizeof t) == (ssize_t)sizeof t ? 0 : 1);
+    }
+    close(fds[1]);
+    double t[2];
+    ssize_t got = read(fds[0], t, sizeof t);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (got != (ssize_t)sizeof t || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+    *accumulate_s = t[0];
+    *apply_s = t[1];
+    return 0;
 }
 
 /* ---- one configuration ---- */
@@ -422,10 +448,12 @@ static int small_round_trip(const bench_args *a, double *p50, double *p99)
 int main(int argc, char **argv)
 {
     bench_args a = {NULL, "bench/gloo_allreduce.py", NULL, 4, 4, 25000000};
+    const char *only = NULL; /* run only the configurations whose label starts with this */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--server") && i + 1 < argc) a.server_bin = argv[++i];
         else if (!strcmp(argv[i], "--gloo") && i + 1 < argc) a.gloo = argv[++i];
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) a.json = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--world") && i + 1 < argc) a.world = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) a.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--elements") && i + 1 < argc) a.elements = (size_t)strtoull(argv[++i], NULL, 10);
@@ -439,6 +467,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows up line by line in a log */
     const bench_config configs[] = {
         {"none", GA_CODEC_NONE, 0, 0, GA_CODEC_NONE, 0},
         {"fp16", GA_CODEC_FP16, 0, 0, GA_CODEC_NONE, 0},
@@ -456,6 +485,7 @@ int main(int argc, char **argv)
            "optim", "pull", "apply", "srv cpu", "push MB", "pull MB", "gloo/ours");
     int failed = 0;
     for (int i = 0; i < nconf; i++) {
+        if (only && strncmp(configs[i].label, only, strlen(only)) != 0) continue;
         if (run_config(&a, &configs[i], i, &res[i]) != 0) {
             printf("%-16s failed\n", configs[i].label);
             failed = 1;

@@ -395,7 +395,7 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
 {
     if (!c) return GA_E_INVAL;
     static const ga_tensor_options defaults = GA_TENSOR_OPTIONS_INIT;
-    size_t n;
+    size_t n = 0;
     ga_status st = check_tensor(c, name, shape, ndim, params, opt, &n);
     if (st != GA_OK) return st;
     if (!opt) opt = &defaults;
