@@ -12,6 +12,8 @@
 typedef enum row_type {
     T_ADDR, /* host:port */
     T_PATH, /* a non-empty path */
+    T_OPT_ADDR, /* host:port, or "" = off */
+    T_OPT_PATH, /* a path, or "" = off */
     T_U32,  /* decimal integer in [min, max] */
     T_U64,
     T_ENUM, /* one of choices; stored as its index (an enum) */
@@ -32,10 +34,13 @@ typedef struct row {
 
 static const char *const backend_choices[] = {"cpu", "cuda", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+static const char *const journal_sync_choices[] = {"none", "step", "push", NULL};
 
 #define FIELD(f) offsetof(ga_config, f)
 #define ROW_ADDR(n, e, f, d, h) {n, "--" n, e, T_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
 #define ROW_PATH(n, e, f, d, h) {n, "--" n, e, T_PATH, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
+#define ROW_OPT_ADDR(n, e, f, d, h) {n, "--" n, e, T_OPT_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
+#define ROW_OPT_PATH(n, e, f, d, h) {n, "--" n, e, T_OPT_PATH, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
 #define ROW_U32(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U32, d, h, FIELD(f), 0, lo, hi, NULL}
 #define ROW_U64(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U64, d, h, FIELD(f), 0, lo, hi, NULL}
 #define ROW_ENUM(n, e, f, d, c, h) {n, "--" n, e, T_ENUM, d, h, FIELD(f), 0, 0, 0, c}
@@ -77,10 +82,37 @@ static const row rows[GA_CFG_KEYS] = {
                                          0, 600000, "calls still open this long after the drain are cancelled"),
     [GA_CFG_LOG_LEVEL] = ROW_ENUM("log-level", "GRADAGG_LOG_LEVEL", log_level, "info", level_choices,
                                   "log lines up to this level"),
+    [GA_CFG_ADMIN_LISTEN] = ROW_OPT_ADDR("admin-listen", "GRADAGG_ADMIN_LISTEN", admin_listen, "127.0.0.1:7071",
+                                         "admin HTTP address for /metrics, /healthz and /readyz; empty = off"),
+    [GA_CFG_CHECKPOINT_STEPS] = ROW_U32("checkpoint-steps", "GRADAGG_CHECKPOINT_STEPS", checkpoint_steps, "100", 0,
+                                        1000000000, "checkpoint a job every this many versions; 0 = not by count"),
+    [GA_CFG_CHECKPOINT_SECONDS] = ROW_U32("checkpoint-seconds", "GRADAGG_CHECKPOINT_SECONDS", checkpoint_seconds,
+                                          "300", 0, 604800,
+                                          "checkpoint a job at the next version once its last checkpoint is this "
+                                          "old; 0 = not by time"),
+    [GA_CFG_CHECKPOINT_KEEP] = ROW_U32("checkpoint-keep", "GRADAGG_CHECKPOINT_KEEP", checkpoint_keep, "3", 1, 1000,
+                                       "newest checkpoints kept per job"),
+    [GA_CFG_JOURNAL_SYNC] = ROW_ENUM("journal-sync", "GRADAGG_JOURNAL_SYNC", journal_sync, "step",
+                                     journal_sync_choices,
+                                     "when the push journal is fsynced: none, at every step's close, or before "
+                                     "every push's ack"),
+    [GA_CFG_TLS_CERT] = ROW_OPT_PATH("tls-cert", "GRADAGG_TLS_CERT", tls_cert, "",
+                                     "server certificate chain (PEM); empty = plaintext"),
+    [GA_CFG_TLS_KEY] = ROW_OPT_PATH("tls-key", "GRADAGG_TLS_KEY", tls_key, "", "private key of --tls-cert (PEM)"),
+    [GA_CFG_TLS_CLIENT_CA] = ROW_OPT_PATH("tls-client-ca", "GRADAGG_TLS_CLIENT_CA", tls_client_ca, "",
+                                          "CA bundle (PEM) that client certificates must chain to; set = mutual "
+                                          "TLS, empty = no client certificate asked"),
+    [GA_CFG_AUTH_TOKENS] = ROW_OPT_PATH("auth-tokens", "GRADAGG_AUTH_TOKENS", auth_tokens, "",
+                                        "file of 'job token' lines; set = every call carries its job's bearer "
+                                        "token, empty = no tokens"),
+    [GA_CFG_MAX_ELEMENTS] = ROW_U64("max-elements", "GRADAGG_MAX_ELEMENTS", max_elements, "4294967296", 1024,
+                                    1ull << 40, "parameters per job, all its tensors together"),
 };
 
 /* T_ENUM rows store the choice's index through an int. */
-_Static_assert(sizeof(ga_backend) == sizeof(int) && sizeof(ga_log_level) == sizeof(int), "enum fields are ints");
+_Static_assert(sizeof(ga_backend) == sizeof(int) && sizeof(ga_log_level) == sizeof(int) &&
+                   sizeof(ga_journal_sync) == sizeof(int),
+               "enum fields are ints");
 
 static const char *const source_names[] = {"default", "env", "flag"};
 
@@ -103,6 +135,8 @@ static void describe(const row *r, char *buf, size_t cap)
     switch (r->type) {
     case T_ADDR: snprintf(buf, cap, "host:port with the port in [0, 65535]"); break;
     case T_PATH: snprintf(buf, cap, "a non-empty path below %zu bytes", r->cap); break;
+    case T_OPT_ADDR: snprintf(buf, cap, "host:port with the port in [0, 65535], or empty for off"); break;
+    case T_OPT_PATH: snprintf(buf, cap, "a path below %zu bytes, or empty for off", r->cap); break;
     case T_U32:
     case T_U64: snprintf(buf, cap, "an integer in [%" PRIu64 ", %" PRIu64 "]", r->min, r->max); break;
     case T_ENUM: {
@@ -154,9 +188,14 @@ static bool set_value(ga_config *cfg, const row *r, const char *text)
         if (!valid_addr(text, r->cap)) return false;
         memcpy(field, text, strlen(text) + 1);
         return true;
-    case T_PATH: {
+    case T_OPT_ADDR:
+        if (*text && !valid_addr(text, r->cap)) return false;
+        memcpy(field, text, strlen(text) + 1);
+        return true;
+    case T_PATH:
+    case T_OPT_PATH: {
         size_t len = strnlen(text, r->cap);
-        if (len == 0 || len >= r->cap) return false;
+        if ((len == 0 && r->type == T_PATH) || len >= r->cap) return false;
         memcpy(field, text, len + 1);
         return true;
     }
@@ -186,7 +225,9 @@ static void format_value(const ga_config *cfg, const row *r, char *buf, size_t c
     const char *field = (const char *)cfg + r->offset;
     switch (r->type) {
     case T_ADDR:
-    case T_PATH: snprintf(buf, cap, "%s", field); break;
+    case T_PATH:
+    case T_OPT_ADDR:
+    case T_OPT_PATH: snprintf(buf, cap, "%s", field); break;
     case T_U32: snprintf(buf, cap, "%" PRIu32, *(const uint32_t *)(const void *)field); break;
     case T_U64: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field); break;
     case T_ENUM: {
@@ -242,6 +283,14 @@ static bool check_combined(const ga_config *c, char *why, size_t cap)
             "invalid --max-stream-mb %" PRIu32 " (variable GRADAGG_MAX_STREAM_MB): expected at most "
             "--max-memory-mb = %" PRIu64,
             c->max_stream_mb, c->max_memory_mb);
+        return false;
+    }
+    if (!*c->tls_cert != !*c->tls_key) {
+        say(why, cap, "--tls-cert and --tls-key (GRADAGG_TLS_CERT, GRADAGG_TLS_KEY) go together: set both or neither");
+        return false;
+    }
+    if (*c->tls_client_ca && !*c->tls_cert) {
+        say(why, cap, "--tls-client-ca (GRADAGG_TLS_CLIENT_CA) needs --tls-cert and --tls-key: mutual TLS is TLS");
         return false;
     }
     if (c->backend == GA_BACKEND_CUDA && !ga_cuda_built()) {

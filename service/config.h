@@ -14,6 +14,12 @@
 #include "ga_status.h"
 #include "log.h"
 
+/* When the push journal reaches the disk (fsync). Every acknowledged push is written to the
+ * journal before its ack, so a killed process loses nothing in any mode; the mode decides what a
+ * lost machine (power, kernel) may lose: NONE = what the page cache held, STEP = the open step's
+ * pushes, PUSH = nothing acknowledged. */
+typedef enum ga_journal_sync { GA_JOURNAL_SYNC_NONE = 0, GA_JOURNAL_SYNC_STEP = 1, GA_JOURNAL_SYNC_PUSH = 2 } ga_journal_sync;
+
 /* Where a setting's value came from. */
 typedef enum ga_config_source { GA_CONFIG_DEFAULT = 0, GA_CONFIG_ENV = 1, GA_CONFIG_FLAG = 2 } ga_config_source;
 
@@ -36,6 +42,16 @@ typedef enum ga_config_key {
     GA_CFG_DRAIN_DELAY_MS,
     GA_CFG_SHUTDOWN_GRACE_MS,
     GA_CFG_LOG_LEVEL,
+    GA_CFG_ADMIN_LISTEN,
+    GA_CFG_CHECKPOINT_STEPS,
+    GA_CFG_CHECKPOINT_SECONDS,
+    GA_CFG_CHECKPOINT_KEEP,
+    GA_CFG_JOURNAL_SYNC,
+    GA_CFG_TLS_CERT,
+    GA_CFG_TLS_KEY,
+    GA_CFG_TLS_CLIENT_CA,
+    GA_CFG_AUTH_TOKENS,
+    GA_CFG_MAX_ELEMENTS,
     GA_CFG_KEYS
 } ga_config_key;
 
@@ -60,6 +76,16 @@ typedef struct ga_config {
     uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */
     uint32_t shutdown_grace_ms;        /* then calls still open are cancelled */
     ga_log_level log_level;
+    char admin_listen[GA_CONFIG_LISTEN_MAX]; /* admin HTTP (/metrics, /healthz, /readyz); "" = off */
+    uint32_t checkpoint_steps;          /* checkpoint every this many versions; 0 = not by count */
+    uint32_t checkpoint_seconds;        /* ... or when the last one is this old; 0 = not by time */
+    uint32_t checkpoint_keep;           /* newest checkpoints kept per job */
+    ga_journal_sync journal_sync;       /* when the push journal is flushed to the disk */
+    char tls_cert[GA_CONFIG_PATH_MAX];  /* server certificate chain, PEM; "" = plaintext */
+    char tls_key[GA_CONFIG_PATH_MAX];   /* its private key, PEM */
+    char tls_client_ca[GA_CONFIG_PATH_MAX]; /* CA bundle clients must present a cert from; "" = no mTLS */
+    char auth_tokens[GA_CONFIG_PATH_MAX];   /* file of "job token" lines; "" = no bearer tokens */
+    uint64_t max_elements;              /* parameters per job, all tensors together */
     ga_config_source source[GA_CFG_KEYS];
     /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process
      * tests do not). */

@@ -81,6 +81,12 @@ typedef struct ga_job {
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;
     uint64_t held_bytes; /* push payloads held by the step or queued tasks */
+
+    /* Checkpoints (checkpoint.c); read by the metrics. */
+    uint64_t ckpt_count, ckpt_failures;
+    uint64_t ckpt_version;    /* of the newest checkpoint written or restored */
+    uint64_t ckpt_unix_ms;    /* when it was written; 0 = none yet */
+    double ckpt_seconds;      /* how long the newest write took */
 } ga_job;
 
 /* The job settings a config gives: checks world_size in [1, GA_JOB_MAX_WORLD], the enums,

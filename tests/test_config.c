@@ -182,6 +182,12 @@ static void test_invalid_values_refused(void **state)
         /* settings that do not fit together */
         {NULL, "--max-message-mb=1", NULL, {"--pull-chunk-kb", "--max-message-mb", "960"}},
         {NULL, "--max-memory-mb=1024", NULL, {"--max-stream-mb", "--max-memory-mb", NULL}},
+        {NULL, "--tls-cert=/x.pem", NULL, {"--tls-cert", "--tls-key", "both or neither"}},
+        {NULL, "--tls-client-ca=/ca.pem", NULL, {"--tls-client-ca", "needs --tls-cert", NULL}},
+        /* optional settings: empty is off, anything else must be valid */
+        {NULL, "--admin-listen=nowhere", NULL, {"--admin-listen", "or empty for off", NULL}},
+        {NULL, "--journal-sync=always", NULL, {"--journal-sync", "one of none|step|push", NULL}},
+        {NULL, "--checkpoint-keep=0", NULL, {"--checkpoint-keep", "[1, 1000]", NULL}},
         /* the command line itself */
         {NULL, "--no-such-flag", NULL, {"unknown option", "--no-such-flag", "--help"}},
         {NULL, "--no-such=1", NULL, {"unknown option", "'--no-such'", NULL}},
@@ -205,6 +211,25 @@ static void test_invalid_values_refused(void **state)
         assert_memory_equal(&cfg, &before, sizeof cfg); /* a refused parse changes nothing */
         assert_int_equal(act, 42);
     }
+}
+
+/* Optional settings take "" for off; TLS files go in pairs. */
+static void test_optional_settings(void **state)
+{
+    (void)state;
+    const char *args[] = {"--admin-listen=", "--tls-cert=/s.pem", "--tls-key=/s.key", "--tls-client-ca=/ca.pem",
+                          "--journal-sync=push", NULL};
+    ga_config cfg;
+    ga_config_action act;
+    char why[256] = "";
+    assert_int_equal(parse(&cfg, &act, NULL, args, why, sizeof why), GA_OK);
+    assert_string_equal(cfg.admin_listen, "");
+    assert_string_equal(cfg.tls_cert, "/s.pem");
+    assert_string_equal(cfg.tls_key, "/s.key");
+    assert_string_equal(cfg.tls_client_ca, "/ca.pem");
+    assert_string_equal(cfg.auth_tokens, "");
+    assert_int_equal(cfg.journal_sync, GA_JOURNAL_SYNC_PUSH);
+    assert_int_equal(cfg.source[GA_CFG_ADMIN_LISTEN], GA_CONFIG_FLAG);
 }
 
 static void test_cuda_backend_needs_cuda_build(void **state)
@@ -257,6 +282,16 @@ static void test_help_lists_every_row(void **state)
         {"--drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", NULL},
         {"--shutdown-grace-ms", "GRADAGG_SHUTDOWN_GRACE_MS", NULL},
         {"--log-level", "GRADAGG_LOG_LEVEL", "error|warn|info|debug"},
+        {"--admin-listen", "GRADAGG_ADMIN_LISTEN", "127.0.0.1:7071"},
+        {"--checkpoint-steps", "GRADAGG_CHECKPOINT_STEPS", NULL},
+        {"--checkpoint-seconds", "GRADAGG_CHECKPOINT_SECONDS", NULL},
+        {"--checkpoint-keep", "GRADAGG_CHECKPOINT_KEEP", NULL},
+        {"--journal-sync", "GRADAGG_JOURNAL_SYNC", "none|step|push"},
+        {"--tls-cert", "GRADAGG_TLS_CERT", NULL},
+        {"--tls-key", "GRADAGG_TLS_KEY", NULL},
+        {"--tls-client-ca", "GRADAGG_TLS_CLIENT_CA", NULL},
+        {"--auth-tokens", "GRADAGG_AUTH_TOKENS", NULL},
+        {"--max-elements", "GRADAGG_MAX_ELEMENTS", NULL},
     };
     assert_int_equal(COUNT(expect), GA_CFG_KEYS);
     char *out = capture(help_to, NULL);
@@ -311,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_env_overrides_default),
         cmocka_unit_test(test_flag_overrides_env),
         cmocka_unit_test(test_invalid_values_refused),
+        cmocka_unit_test(test_optional_settings),
         cmocka_unit_test(test_cuda_backend_needs_cuda_build),
         cmocka_unit_test(test_help_lists_every_row),
         cmocka_unit_test(test_data_dir_created),
