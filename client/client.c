@@ -69,12 +69,32 @@ static void sleep_ms(uint32_t ms)
     }
 }
 
+static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap);
+
+/* The server came back without this worker's membership (restored from a checkpoint older than
+ * the join) or without the job (its data was lost): join again as the same incarnation, and
+ * re-create the tensors from the parameters this worker holds when the job came back empty. */
+static ga_status rejoin(ga_client *c, char *why, size_t cap)
+{
+    Gradagg__V1__JoinResponse *resp = NULL;
+    ga_status st = join_attempt(c, &resp, why, cap);
+    if (st != GA_OK) return st;
+    bool empty = resp->n_tensors == 0;
+    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
+    c->stats.rejoins++;
+    return empty && c->inited ? ga_client_send_init(c) : GA_OK;
+}
+
 ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
 {
     uint32_t delay = c->opt.backoff_ms;
     for (uint32_t tries = 0;; tries++) {
         why[0] = '\0';
         ga_status st = attempt(c, arg, why, cap);
+        if ((st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB) && c->joined && tries < c->opt.max_retries) {
+            st = rejoin(c, why, cap);
+            if (st == GA_OK) continue;
+        }
         /* A draining server answers E_DRAINING (gRPC UNAVAILABLE): its replacement will take the
          * call, as it would after a lost connection. */
         if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING) || tries >= c->opt.max_retries) return st;
@@ -282,6 +302,7 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     }
     c->version = resp->version;
     c->step = resp->open_step;
+    c->joined = true;
     protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
     *out = c;
     return GA_OK;

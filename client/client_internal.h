@@ -48,6 +48,7 @@ struct ga_client {
     ga_tensor *tensors;
     size_t ntensors, tensors_cap;
     bool inited;
+    bool joined; /* ga_client_create's join succeeded: a lost membership is joined again */
     uint64_t version;      /* the version the params buffers hold */
     bool params_exact;     /* the buffers hold `version` exactly, so a delta may apply */
     uint64_t step;         /* the step the next push carries (sync: the open step; async: a counter) */

@@ -88,6 +88,7 @@ typedef struct ga_client_stats {
     double encode_s, push_s, pull_s, decode_s; /* last step */
     uint64_t bytes_pushed, bytes_pulled;       /* last step, payload bytes */
     uint64_t steps, retries, late_pushes;      /* totals */
+    uint64_t rejoins; /* joins again after the server came back without this membership */
 } ga_client_stats;
 
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for

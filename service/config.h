@@ -12,13 +12,8 @@
 
 #include "ga_exec.h"
 #include "ga_status.h"
+#include "journal_sync.h"
 #include "log.h"
-
-/* When the push journal reaches the disk (fsync). Every acknowledged push is written to the
- * journal before its ack, so a killed process loses nothing in any mode; the mode decides what a
- * lost machine (power, kernel) may lose: NONE = what the page cache held, STEP = the open step's
- * pushes, PUSH = nothing acknowledged. */
-typedef enum ga_journal_sync { GA_JOURNAL_SYNC_NONE = 0, GA_JOURNAL_SYNC_STEP = 1, GA_JOURNAL_SYNC_PUSH = 2 } ga_journal_sync;
 
 /* Where a setting's value came from. */
 typedef enum ga_config_source { GA_CONFIG_DEFAULT = 0, GA_CONFIG_ENV = 1, GA_CONFIG_FLAG = 2 } ga_config_source;

@@ -137,16 +137,34 @@ static ga_status create_job(ga_core *c, Gradagg__V1__JoinRequest *req, ga_job **
         snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
         return GA_E_RANK;
     }
+    return ga_core_job_create(c, req->job, req->config, out, why);
+}
+
+void ga_core_job_drop(ga_core *c, ga_job *job)
+{
+    for (size_t i = 0; i < c->njobs; i++) {
+        if (c->jobs[i] != job) continue;
+        memmove(&c->jobs[i], &c->jobs[i + 1], (c->njobs - i - 1) * sizeof *c->jobs);
+        c->njobs--;
+        break;
+    }
+    ga_job_destroy(job);
+}
+
+ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__JobConfig *cfg, ga_job **out, char *why)
+{
+    ga_job_settings set;
+    GA_CHECK(ga_job_settings_from(cfg, &c->opt, &set, why, GA_WHY_CAP));
     if (c->njobs >= c->opt.max_jobs) {
         snprintf(why, GA_WHY_CAP, "the server holds %zu jobs, the most it allows (max_jobs); job '%s' not created",
-                 c->njobs, req->job);
+                 c->njobs, name);
         return GA_E_LIMIT;
     }
     if (c->njobs == c->jobs_cap) {
         size_t ncap = c->jobs_cap ? 2 * c->jobs_cap : 8;
         ga_job **jobs = ga_malloc(ncap * sizeof *jobs);
         if (!jobs) {
-            snprintf(why, GA_WHY_CAP, "out of memory creating job '%s'", req->job);
+            snprintf(why, GA_WHY_CAP, "out of memory creating job '%s'", name);
             return GA_E_NOMEM;
         }
         if (c->njobs) memcpy(jobs, c->jobs, c->njobs * sizeof *jobs);
@@ -155,10 +173,16 @@ static ga_status create_job(ga_core *c, Gradagg__V1__JoinRequest *req, ga_job **
         c->jobs_cap = ncap;
     }
     ga_job *job;
-    GA_CHECK(ga_job_create(c, c->loop, req->job, req->config, &set, &job, why, GA_WHY_CAP));
+    GA_CHECK(ga_job_create(c, c->loop, name, cfg, &set, &job, why, GA_WHY_CAP));
     job->tasks.idle = ga_core_job_idle;
     job->tasks.idle_arg = job;
+    job->tasks.run_inline = c->replaying;
     c->jobs[c->njobs++] = job;
+    ga_status st = ga_persist_job(job, why);
+    if (st != GA_OK) {
+        ga_core_job_drop(c, job);
+        return st;
+    }
     *out = job;
     return GA_OK;
 }
@@ -180,14 +204,17 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
                      m->pulls_waiting ? ", waiting in a pull" : "");
             return GA_E_RANK_HELD;
         }
-        if (m->incarnation != 0) {
+        bool replaced = m->incarnation != 0;
+        if (replaced) {
             memmove(&m->replaced[1], &m->replaced[0], (GA_JOB_REPLACED - 1) * sizeof m->replaced[0]);
             m->replaced[0] = m->incarnation;
         }
         m->incarnation = incarnation;
         m->left = false;
-        /* Async duplicates are told apart by the worker's own step counter, which restarts. */
-        if (job->async) m->has_pushed = false, m->last_step = 0, m->commit_mask = 0;
+        /* Async duplicates are told apart by the worker's own step counter, which restarts with
+         * a new worker. A rank restored from the journal without its membership keeps what it
+         * committed: its worker is the same and may be retrying one of those commits. */
+        if (job->async && replaced) m->has_pushed = false, m->last_step = 0, m->commit_mask = 0;
     }
     m->active_ms = now;
     if (!job->async && ga_step_reinclude(&job->step, rank)) ga_core_step_advance(job);
@@ -356,7 +383,10 @@ void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
     for (size_t i = 0; i < c->njobs; i++) {
         ga_job *job = c->jobs[i];
         uv_timer_stop(job->timer);
-        if (!job->async && job->fault == GA_OK && job->step.committed > 0) ga_core_step_close(job, false);
+        if (job->dir)
+            ga_persist_final(job); /* the open step's commits are in the journal */
+        else if (!job->async && job->fault == GA_OK && job->step.committed > 0)
+            ga_core_step_close(job, false);
     }
     drain_finish(c);
 }

@@ -12,6 +12,7 @@
 
 #include "bundle.h"
 #include "ga_exec.h"
+#include "journal.h"
 #include "rpc.h"
 
 typedef struct ga_core ga_core;
@@ -30,9 +31,17 @@ typedef struct ga_core_options {
      * rank against a Join with another incarnation (GA_E_RANK_HELD); after it, or once the
      * holder left, the new incarnation replaces it and the old one's calls get GA_E_STALE. */
     uint32_t member_lease_ms;
+    /* Persistence (core_persist.c). data_dir NULL: none (unit tests). Else every job lives in
+     * <data_dir>/job-<name>-<hash>/: a journal of everything acknowledged, and checkpoints every
+     * checkpoint_steps versions or checkpoint_seconds (0 = not by that), of which the newest
+     * checkpoint_keep are kept. Borrowed: must outlive the core. */
+    const char *data_dir;
+    uint32_t checkpoint_steps, checkpoint_seconds, checkpoint_keep;
+    ga_journal_sync journal_sync;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
-    {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000}
+    {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, NULL, 100, 300, 3, \
+     GA_JOURNAL_SYNC_STEP}
 
 /* Borrows loop (must outlive the core). Errors: GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE,
  * GA_E_NOMEM. */
@@ -53,12 +62,19 @@ void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req);
  * now. Unknown calls are ignored. */
 void ga_core_cancel(ga_core *c, ga_call *call);
 
-/* SIGTERM: refuse new joins, inits and pushes (GA_E_DRAINING), close every open sync step
- * that has at least one commit with what it has (nothing acknowledged is lost), answer the
- * pulls that can be answered and finish the rest with GA_E_DRAINING, then run done(arg) on the
- * loop thread once no math is in flight (before ga_core_drain returns when none is). Pulls
- * that arrive later are answered when their version exists, else refused with GA_E_DRAINING.
- * Once. */
+/* Start-up, before any call: restores every job found under data_dir from its newest valid
+ * checkpoint (corrupt ones are skipped, logged and counted) and replays its journal, so the
+ * server holds exactly what it had acknowledged. Without data_dir a no-op. Errors (GA_E_IO,
+ * GA_E_NOMEM) with a message; a job that cannot be restored is skipped with a log line. */
+ga_status ga_core_restore(ga_core *c, char *why, size_t cap);
+
+/* SIGTERM: refuse new joins, inits and pushes (GA_E_DRAINING). With persistence, the open step
+ * stays open (its commits are in the journal; the restarted server goes on with it) and every
+ * job gets a final checkpoint; without, every open sync step that has at least one commit
+ * closes with what it has. Then answer the pulls that can be answered and finish the rest with
+ * GA_E_DRAINING, and run done(arg) on the loop thread once no math or checkpoint is in flight
+ * (before ga_core_drain returns when none is). Pulls that arrive later are answered when their
+ * version exists, else refused with GA_E_DRAINING. Once. */
 void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg);
 
 #endif

@@ -253,7 +253,7 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
         snprintf(why, sizeof why, "job '%s' does not exist (the first Join creates it)", init->job);
         goto refuse;
     }
-    GA_CHECK_GOTO(ga_job_member_check(job, init->rank, init->incarnation, why, sizeof why), st, refuse);
+    if (!c->replaying) GA_CHECK_GOTO(ga_job_member_check(job, init->rank, init->incarnation, why, sizeof why), st, refuse);
     ga_core_touch(c, job, init->rank);
     if (c->draining) {
         st = GA_E_DRAINING;
@@ -283,6 +283,7 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
         answer(call, job->version, 0, it->existing);
         goto free;
     }
+    if (it->count) GA_CHECK_GOTO(ga_persist_init(job, init, why), st, refuse);
     if (it->count && register_new(job, it) != GA_OK) {
         st = GA_E_NOMEM;
         snprintf(why, sizeof why, "out of memory registering tensors");

@@ -19,6 +19,8 @@ struct ga_core {
     size_t njobs, jobs_cap;
     uint64_t held_bytes; /* push and init payloads held by steps and queued tasks, all jobs */
     bool draining, drained;
+    bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
+    uint64_t corrupt_checkpoints; /* skipped at restore */
     void (*drain_done)(void *arg);
     void *drain_arg;
 };
@@ -39,6 +41,20 @@ void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in 
 void ga_core_step_try_close(ga_job *job); /* closes the step when complete, or at the deadline with quorum */
 void ga_core_step_close(ga_job *job, bool by_deadline); /* closes with what it has (>= 1 commit) */
 void ga_core_step_exclude_left(ga_job *job);            /* excludes ranks that left from the open step */
+
+/* Persistence (core_persist.c). Each append returns GA_E_IO with a message when the journal
+ * cannot take the record: the caller refuses the request and changes nothing. No-ops without
+ * a data dir or while replaying. */
+/* Creates a job (limits, store, persistence) and adds it to the core; why names the cause. */
+ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__JobConfig *cfg, ga_job **out, char *why);
+/* Removes a job that has no call, task or pull (a failed restore) and destroys it. */
+void ga_core_job_drop(ga_core *c, ga_job *job);
+ga_status ga_persist_job(ga_job *job, char *why);                    /* a new job: its dir, journal, JOB record */
+ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why); /* before tensors are created */
+ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why); /* before the ack */
+void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete); /* CLOSE record / STEP sync */
+void ga_persist_applied(ga_job *job, uint64_t version);  /* queued the apply of version: checkpoint when due */
+void ga_persist_final(ga_job *job);                      /* drain: the last checkpoint */
 
 /* Pulls (core_pull.c). */
 void ga_core_pulls_serve(ga_job *job); /* answers waiting pulls whose version exists */

@@ -128,6 +128,7 @@ static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version)
     a->ntensors = job->ntensors;
     job->target = version;
     ga_taskq_push(&job->tasks, &a->t);
+    ga_persist_applied(job, version);
 }
 
 /* ---- checks that need the job ---- */
@@ -289,6 +290,7 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
     ga_step *s = &job->step;
     uint64_t step = s->step;
     uint32_t contributors = s->committed;
+    ga_persist_step_closed(job, step, contributors == job->world);
     ga_step_exclude_missing(s);
     if (by_deadline) job->deadline_closes++;
     ga_core_step_advance(job);
@@ -347,6 +349,7 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     }
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
+    GA_CHECK_GOTO(ga_persist_commit(job, push->step + 1, push, why), st, refuse);
 
     job->held_bytes += push->payload_bytes;
     c->held_bytes += push->payload_bytes;
@@ -381,6 +384,7 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     }
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
+    GA_CHECK_GOTO(ga_persist_commit(job, job->target + 1, push, why), st, refuse);
     job->held_bytes += push->payload_bytes;
     c->held_bytes += push->payload_bytes;
     job->any_commit = true;
@@ -410,7 +414,8 @@ void ga_core_push(ga_core *c, ga_call *call, ga_push *push)
         ga_call_finish(call, NULL, GA_E_UNKNOWN_JOB, "job '%s' does not exist (the first Join creates it)", push->job);
         goto free;
     }
-    GA_CHECK_GOTO(ga_job_member_check(job, push->rank, push->incarnation, why, sizeof why), st, refuse);
+    if (!c->replaying)
+        GA_CHECK_GOTO(ga_job_member_check(job, push->rank, push->incarnation, why, sizeof why), st, refuse);
     ga_core_touch(c, job, push->rank);
     if (c->draining) {
         ga_call_finish(call, NULL, GA_E_DRAINING, "the server is shutting down: push of step %" PRIu64 " refused",

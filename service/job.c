@@ -179,6 +179,8 @@ static void job_free_fields(ga_job *job)
     ga_free(job->members);
     if (job->config) protobuf_c_message_free_unpacked(&job->config->base, &ga_wire_allocator);
     ga_free(job->name);
+    ga_journal_close(&job->journal);
+    ga_free(job->dir);
 }
 
 ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name, const Gradagg__V1__JobConfig *cfg,
@@ -188,6 +190,7 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     ga_job *job = ga_calloc(1, sizeof *job);
     if (!job) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating job '%s'", name);
     job->core = core;
+    job->journal.fd = -1;
     job->world = set->world;
     job->async = set->async;
     job->deadline_ms = set->deadline_ms;

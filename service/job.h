@@ -82,6 +82,11 @@ typedef struct ga_job {
     double accumulate_seconds, apply_seconds;
     uint64_t held_bytes; /* push payloads held by the step or queued tasks */
 
+    /* Persistence (core_persist.c): the job's directory and journal; dir NULL = none. */
+    char *dir;
+    ga_journal journal;
+    uint64_t ckpt_queued_ms; /* uv_now when the last checkpoint was queued */
+
     /* Checkpoints (checkpoint.c); read by the metrics. */
     uint64_t ckpt_count, ckpt_failures;
     uint64_t ckpt_version;    /* of the newest checkpoint written or restored */

@@ -209,7 +209,18 @@ static void setup(void *arg)
     co.default_deadline_ms = c->deadline_ms;
     co.default_quorum = c->quorum;
     co.member_lease_ms = c->member_lease_ms;
+    co.data_dir = c->data_dir;
+    co.checkpoint_steps = c->checkpoint_steps;
+    co.checkpoint_seconds = c->checkpoint_seconds;
+    co.checkpoint_keep = c->checkpoint_keep;
+    co.journal_sync = c->journal_sync;
     GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
+    char why[320];
+    st = ga_core_restore(s->core, why, sizeof why);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "restore from --data-dir %s failed: %s", c->data_dir, why);
+        goto fail;
+    }
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
     GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,
                   fail);

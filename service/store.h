@@ -68,4 +68,31 @@ ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
 /* Drops the step's sums (zeroes them) without applying. */
 ga_status ga_store_discard(ga_store *s);
 
+/* ---- checkpoints (store_snapshot.c): the state a version is made of, to and from the host ---- */
+
+/* A tensor's buffers that a checkpoint holds. Params always exist; the others per optimizer
+ * (SGD momentum: STATE0; Adam: STATE0 = m, STATE1 = v) and pull codec (PUBLISHED). */
+typedef enum ga_store_buf {
+    GA_STORE_BUF_PARAMS = 0,
+    GA_STORE_BUF_STATE0 = 1,
+    GA_STORE_BUF_STATE1 = 2,
+    GA_STORE_BUF_PUBLISHED = 3,
+    GA_STORE_BUFS = 4
+} ga_store_buf;
+
+uint32_t ga_store_tensors(const ga_store *s);
+size_t ga_store_tensor_elems(const ga_store *s, uint32_t t);
+bool ga_store_has(const ga_store *s, uint32_t t, ga_store_buf b);
+/* Elements [off, off + n) of buffer b of tensor t, copied to (read) or from (write) host memory;
+ * done when the call returns. GA_E_INVAL for a buffer the tensor lacks or a range outside it. */
+ga_status ga_store_read(ga_store *s, uint32_t t, ga_store_buf b, size_t off, size_t n, float *dst);
+ga_status ga_store_write(ga_store *s, uint32_t t, ga_store_buf b, size_t off, size_t n, const float *src);
+/* Applies since version 0 (the top-k pull seed reads it) and Adam's step count per tensor. */
+uint64_t ga_store_version(const ga_store *s);
+uint64_t ga_store_adam_steps(const ga_store *s, uint32_t t);
+void ga_store_restore_counters(ga_store *s, uint64_t version, uint32_t t, uint64_t adam_steps);
+/* The fp32 publication of tensor t as it stands (full only, no delta): what a restored server
+ * serves until its next version. */
+ga_status ga_store_publication(ga_store *s, uint32_t t, ga_published *out);
+
 #endif

@@ -42,6 +42,12 @@ void ga_taskq_init(ga_taskq *q, uv_loop_t *loop, void (*idle)(void *arg), void *
 
 void ga_taskq_push(ga_taskq *q, ga_task *t)
 {
+    if (q->run_inline && !q->running && !q->head) {
+        t->queue = q;
+        t->work(t);
+        t->done(t);
+        return;
+    }
     t->next = NULL;
     t->queue = q;
     if (q->tail)

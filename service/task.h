@@ -25,6 +25,9 @@ struct ga_taskq {
     bool running;
     void (*idle)(void *arg); /* loop thread: runs whenever the queue has drained */
     void *idle_arg;
+    /* Start-up replay (core_persist.c): tasks run on the calling thread, work then done, at
+     * once, so the journal is replayed in order without running the loop. */
+    bool run_inline;
 };
 
 /* Loop thread only, all of them. */

@@ -85,6 +85,7 @@ void ga_call_send(ga_call *call, const ProtobufCMessage *msg, void *payload_blob
 
 void ga_call_finish(ga_call *call, const ProtobufCMessage *resp, ga_status st, const char *fmt, ...)
 {
+    if (!call) return; /* journal replay: no caller */
     if (call->finished) {
         call->misuse++;
         return;

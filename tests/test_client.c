@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "test_dirs.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,7 +44,7 @@ static int start_server(void **state)
     ga_config cfg;
     ga_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.log_level = GA_LOG_WARN;
     if (ga_server_start(&cfg, &server) != GA_OK) return -1;
     snprintf(address, sizeof address, "127.0.0.1:%d", ga_server_port(server));
@@ -412,7 +414,7 @@ static void join_waits_for_server(void **state)
     ga_config cfg;
     ga_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.log_level = GA_LOG_WARN;
     ga_server *late = NULL;
     assert_int_equal(ga_server_start(&cfg, &late), GA_OK);

@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "test_dirs.h"
+
 #include "config.h"
 #include "ga_alloc.h"
 #include "ga_codec.h"
@@ -31,6 +33,8 @@
 
 /* ---- server and raw calls ---- */
 
+static char data_dir[64]; /* this process's servers' data, under /tmp */
+
 typedef struct e2e {
     ga_server *server;
     char target[64];
@@ -43,7 +47,7 @@ static void e2e_start_on(e2e *t, uint32_t max_message_mb, ga_backend backend)
     ga_config_defaults(&cfg);
     cfg.backend = backend;
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    snprintf(cfg.data_dir, sizeof cfg.data_dir, "/tmp/gradagg-e2e-%d", (int)getpid());
+    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.log_level = GA_LOG_WARN;
     if (max_message_mb) cfg.max_message_mb = max_message_mb;
     assert_int_equal(ga_server_start(&cfg, &t->server), GA_OK);
@@ -967,6 +971,8 @@ static void test_bad_input_table(void **state)
 
 int main(void)
 {
+    snprintf(data_dir, sizeof data_dir, "/tmp/gradagg-e2e-XXXXXX");
+    if (!mkdtemp(data_dir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sdk_mixed_codecs_match_reference),
         cmocka_unit_test(test_arrival_order_is_bit_identical),
@@ -977,5 +983,7 @@ int main(void)
         cmocka_unit_test(test_compressed_pull_keeps_workers_identical),
         cmocka_unit_test(test_bad_input_table),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ga_test_remove_dir(data_dir);
+    return rc;
 }

@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "test_dirs.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -47,7 +49,7 @@ static ga_server *start_server(uint32_t grace_ms)
     ga_config cfg;
     ga_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.shutdown_grace_ms = grace_ms;
     ga_server *s = NULL;
     assert_int_equal(ga_server_start(&cfg, &s), GA_OK);
@@ -200,7 +202,7 @@ static void test_port_in_use(void **state)
     ga_config cfg;
     ga_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:%d", ga_server_port(a));
-    snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
+    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     static int sentinel;
     ga_server *b = (ga_server *)(void *)&sentinel; /* a failed start leaves it untouched */
     assert_int_equal(ga_server_start(&cfg, &b), GA_E_IO);
@@ -500,6 +502,6 @@ int main(void)
         cmocka_unit_test(test_host_memory_returned),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    rmdir(data_dir);
+    ga_test_remove_dir(data_dir);
     return rc;
 }

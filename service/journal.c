@@ -1,0 +1,391 @@
+/* The push journal (journal.h): segment files, record framing, appends, replay and pruning,
+ * and the record bodies. */
+#include "journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "fileio.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the journal is written in host order: little endian");
+
+#define HEADER_BYTES 24u
+#define PREFIX "journal-"
+#define SUFFIX ".log"
+/* A body longer than this is damage, not a record (a push stream is at most 16 TiB by config). */
+#define MAX_BODY ((uint64_t)1 << 44)
+
+typedef struct header {
+    uint32_t type, zero;
+    uint64_t seq, len;
+} header;
+_Static_assert(sizeof(header) == HEADER_BYTES, "packed header");
+
+/* ---- segments ---- */
+
+static bool parse_name(const char *name, uint64_t *counter, uint64_t *first)
+{
+    char tail[8];
+    return sscanf(name, PREFIX "%10" SCNu64 "-%20" SCNu64 "%7s", counter, first, tail) == 3 &&
+           strcmp(tail, SUFFIX) == 0;
+}
+
+static ga_status open_segment(ga_journal *j, uint64_t counter, uint64_t first, char *why, size_t cap)
+{
+    size_t n = strlen(j->dir) + 64;
+    char *path = ga_malloc(n);
+    if (!path) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory opening a journal segment");
+    snprintf(path, n, "%s/" PREFIX "%010" PRIu64 "-%020" PRIu64 SUFFIX, j->dir, counter, first);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0640);
+    ga_status st = GA_OK;
+    if (fd < 0) st = ga_status_fail(GA_E_IO, why, cap, "creating %s: %s", path, strerror(errno));
+    if (st == GA_OK) st = ga_file_sync_dir(j->dir, why, cap); /* the segment itself survives a crash */
+    if (st != GA_OK) {
+        if (fd >= 0) close(fd), unlink(path);
+        ga_free(path);
+        return st;
+    }
+    if (j->fd >= 0) close(j->fd);
+    ga_free(j->path);
+    j->fd = fd, j->path = path, j->counter = counter;
+    return GA_OK;
+}
+
+ga_status ga_journal_open(ga_journal *j, const char *dir, uint64_t first_seq, ga_journal_sync sync, char *why,
+                          size_t cap)
+{
+    *j = (ga_journal){.fd = -1, .sync = sync};
+    GA_CHECK(ga_file_mkdirs(dir, why, cap));
+    if (!(j->dir = ga_strdup(dir))) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory opening a journal");
+    char **names;
+    size_t count;
+    ga_status st = ga_file_list(dir, PREFIX, SUFFIX, &names, &count, why, cap);
+    uint64_t last = 0, c, f;
+    for (size_t i = 0; st == GA_OK && i < count; i++)
+        if (parse_name(names[i], &c, &f) && c > last) last = c;
+    if (st == GA_OK) ga_file_names_free(names, count);
+    if (st == GA_OK) st = open_segment(j, last + 1, first_seq, why, cap);
+    if (st != GA_OK) ga_journal_close(j);
+    return st;
+}
+
+ga_status ga_journal_rotate(ga_journal *j, uint64_t first_seq, char *why, size_t cap)
+{
+    return open_segment(j, j->counter + 1, first_seq, why, cap);
+}
+
+void ga_journal_close(ga_journal *j)
+{
+    if (j->fd >= 0) close(j->fd);
+    ga_free(j->path), ga_free(j->dir);
+    *j = (ga_journal){.fd = -1};
+}
+
+ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap)
+{
+    if (j->fd < 0) return GA_OK;
+    if (fdatasync(j->fd) != 0) return ga_status_fail(GA_E_IO, why, cap, "syncing %s: %s", j->path, strerror(errno));
+    return GA_OK;
+}
+
+/* ---- appends ---- */
+
+/* Writes one record whose body is iov[1..n-1) (iov[0] and iov[n-1] are left for the header and
+ * the checksum). */
+static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struct iovec *iov, int n, char *why,
+                        size_t cap)
+{
+    if (j->fd < 0) return ga_status_fail(GA_E_IO, why, cap, "the journal is not open");
+    header h = {(uint32_t)type, 0, seq, 0};
+    for (int i = 1; i < n - 1; i++) h.len += iov[i].iov_len;
+    iov[0] = (struct iovec){&h, sizeof h};
+    uint32_t crc = 0;
+    for (int i = 0; i < n - 1; i++) crc = ga_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+    iov[n - 1] = (struct iovec){&crc, sizeof crc};
+    off_t start = lseek(j->fd, 0, SEEK_END);
+    ga_status st = ga_file_writev(j->fd, iov, n, j->path, why, cap);
+    if (st != GA_OK) {
+        /* Cut the partial record off, so later records are not hidden behind it. */
+        if (start >= 0 && ftruncate(j->fd, start) != 0) (void)0;
+        return st;
+    }
+    j->bytes += HEADER_BYTES + h.len + sizeof crc;
+    if (j->sync == GA_JOURNAL_SYNC_PUSH) GA_CHECK(ga_journal_flush(j, why, cap));
+    return GA_OK;
+}
+
+ga_status ga_journal_job(ga_journal *j, uint64_t seq, const char *job, const Gradagg__V1__JobConfig *config, char *why,
+                         size_t cap)
+{
+    Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
+    req.job = (char *)job;
+    req.config = (Gradagg__V1__JobConfig *)config;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = ga_malloc(len + 1);
+    if (!buf) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory journaling job '%s'", job);
+    protobuf_c_message_pack(&req.base, buf);
+    struct iovec iov[3] = {{0}, {buf, len}, {0}};
+    ga_status st = append(j, GA_JOURNAL_JOB, seq, iov, 3, why, cap);
+    ga_free(buf);
+    return st;
+}
+
+ga_status ga_journal_init(ga_journal *j, uint64_t seq, const ga_init *init, char *why, size_t cap)
+{
+    /* [u32 chunks] then per chunk [u64 length][packed InitChunk]. */
+    size_t total = 4;
+    for (size_t i = 0; i < init->count; i++)
+        total += 8 + protobuf_c_message_get_packed_size(&init->parts[i].chunk->base);
+    uint8_t *buf = ga_malloc(total), *p = buf;
+    if (!buf) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory journaling an init");
+    uint32_t count = (uint32_t)init->count;
+    memcpy(p, &count, 4), p += 4;
+    for (size_t i = 0; i < init->count; i++) {
+        uint64_t len = protobuf_c_message_get_packed_size(&init->parts[i].chunk->base);
+        memcpy(p, &len, 8), p += 8;
+        p += protobuf_c_message_pack(&init->parts[i].chunk->base, p);
+    }
+    struct iovec iov[3] = {{0}, {buf, total}, {0}};
+    ga_status st = append(j, GA_JOURNAL_INIT, seq, iov, 3, why, cap);
+    ga_free(buf);
+    return st;
+}
+
+/* Per part: [u32 header length][u64 payload length][packed PushChunk without its payload], then
+ * the payload straight from the bundle (no copy). */
+typedef struct part_head {
+    uint32_t hlen;
+    uint64_t plen;
+} __attribute__((packed)) part_head;
+
+ga_status ga_journal_commit(ga_journal *j, uint64_t seq, const ga_push *push, char *why, size_t cap)
+{
+    size_t n = push->count, heads_bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        Gradagg__V1__PushChunk c = *push->parts[i].chunk;
+        c.payload.data = NULL, c.payload.len = 0;
+        heads_bytes += sizeof(part_head) + protobuf_c_message_get_packed_size(&c.base);
+    }
+    uint8_t *heads = ga_malloc(heads_bytes + 4);
+    struct iovec *iov = ga_malloc((2 * n + 3) * sizeof *iov);
+    if (!heads || !iov) {
+        ga_free(heads), ga_free(iov);
+        return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory journaling a push");
+    }
+    uint32_t count = (uint32_t)n;
+    memcpy(heads, &count, 4);
+    iov[1] = (struct iovec){heads, 4};
+    uint8_t *p = heads + 4;
+    for (size_t i = 0; i < n; i++) {
+        const Gradagg__V1__PushChunk *chunk = push->parts[i].chunk;
+        Gradagg__V1__PushChunk c = *chunk;
+        c.payload.data = NULL, c.payload.len = 0;
+        part_head ph = {(uint32_t)protobuf_c_message_get_packed_size(&c.base), chunk->payload.len};
+        uint8_t *start = p;
+        memcpy(p, &ph, sizeof ph), p += sizeof ph;
+        p += protobuf_c_message_pack(&c.base, p);
+        iov[2 + 2 * i] = (struct iovec){start, (size_t)(p - start)};
+        iov[3 + 2 * i] = (struct iovec){chunk->payload.data, chunk->payload.len};
+    }
+    ga_status st = append(j, GA_JOURNAL_COMMIT, seq, iov, (int)(2 * n + 3), why, cap);
+    ga_free(heads), ga_free(iov);
+    return st;
+}
+
+ga_status ga_journal_close_step(ga_journal *j, uint64_t seq, char *why, size_t cap)
+{
+    struct iovec iov[2] = {{0}, {0}};
+    GA_CHECK(append(j, GA_JOURNAL_CLOSE, seq, iov, 2, why, cap));
+    return j->sync == GA_JOURNAL_SYNC_STEP ? ga_journal_flush(j, why, cap) : GA_OK;
+}
+
+/* ---- replay ---- */
+
+/* Reads one record; false at the end of the segment or at damage (*damaged set then). */
+static bool read_record(int fd, const char *path, uint64_t left, header *h, uint8_t **body, bool *damaged)
+{
+    char why[8];
+    *damaged = false;
+    if (left == 0) return false;
+    if (left < HEADER_BYTES + 4 || ga_file_read(fd, h, sizeof *h, path, why, sizeof why) != GA_OK) goto torn;
+    if (h->type < GA_JOURNAL_JOB || h->type > GA_JOURNAL_CLOSE || h->zero != 0 || h->len > MAX_BODY ||
+        h->len > left - HEADER_BYTES - 4)
+        goto torn;
+    uint8_t *b = ga_malloc(h->len ? h->len : 1);
+    uint32_t crc;
+    if (!b) goto torn;
+    if (ga_file_read(fd, b, h->len, path, why, sizeof why) != GA_OK ||
+        ga_file_read(fd, &crc, 4, path, why, sizeof why) != GA_OK ||
+        crc != ga_crc32c(ga_crc32c(0, h, sizeof *h), b, h->len)) {
+        ga_free(b);
+        goto torn;
+    }
+    *body = b;
+    return true;
+torn:
+    *damaged = true;
+    return false;
+}
+
+ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, uint64_t *records,
+                            uint64_t *damaged, char *why, size_t cap)
+{
+    char **names;
+    size_t count;
+    *records = 0, *damaged = 0;
+    GA_CHECK(ga_file_list(dir, PREFIX, SUFFIX, &names, &count, why, cap));
+    ga_status st = GA_OK;
+    for (size_t i = 0; i < count && st == GA_OK; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            st = ga_status_fail(GA_E_IO, why, cap, "opening %s: %s", path, strerror(errno));
+            if (fd >= 0) close(fd);
+            break;
+        }
+        uint64_t left = (uint64_t)sb.st_size;
+        header h;
+        uint8_t *body;
+        bool bad;
+        while (st == GA_OK && read_record(fd, path, left, &h, &body, &bad)) {
+            left -= HEADER_BYTES + h.len + 4;
+            if (h.seq > after) {
+                ga_journal_record r = {(ga_journal_type)h.type, h.seq, body, (size_t)h.len};
+                st = visit(arg, &r, why, cap);
+                (*records)++;
+            }
+            ga_free(body);
+        }
+        if (bad) (*damaged)++;
+        close(fd);
+    }
+    ga_file_names_free(names, count);
+    return st;
+}
+
+ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, char *why, size_t cap)
+{
+    char **names;
+    size_t count, gone = 0;
+    GA_CHECK(ga_file_list(dir, PREFIX, SUFFIX, &names, &count, why, cap));
+    ga_status st = GA_OK;
+    for (size_t i = 0; i + 1 < count; i++) {
+        uint64_t c, next_first;
+        if (!parse_name(names[i + 1], &c, &next_first) || next_first > covered) break;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            st = ga_status_fail(GA_E_IO, why, cap, "removing %s: %s", path, strerror(errno));
+            break;
+        }
+        gone++;
+    }
+    ga_file_names_free(names, count);
+    if (gone && st == GA_OK) st = ga_file_sync_dir(dir, why, cap);
+    *removed = gone;
+    return st;
+}
+
+/* ---- bodies ---- */
+
+typedef struct cursor {
+    const uint8_t *p;
+    size_t left;
+} cursor;
+
+static bool take(cursor *c, void *dst, size_t n)
+{
+    if (c->left < n) return false;
+    memcpy(dst, c->p, n);
+    c->p += n, c->left -= n;
+    return true;
+}
+
+ga_status ga_journal_decode_push(const ga_journal_record *r, ga_push **out, char *why, size_t cap)
+{
+    cursor c = {r->body, r->len};
+    uint32_t count;
+    ga_push *push = NULL;
+    if (!take(&c, &count, 4) || count == 0) goto bad;
+    for (uint32_t i = 0; i < count; i++) {
+        part_head ph;
+        if (!take(&c, &ph, sizeof ph) || ph.hlen > c.left || ph.plen > c.left - ph.hlen) goto bad;
+        Gradagg__V1__PushChunk *chunk =
+            (Gradagg__V1__PushChunk *)protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor,
+                                                                &ga_wire_allocator, ph.hlen, c.p);
+        if (!chunk) goto bad;
+        c.p += ph.hlen, c.left -= ph.hlen;
+        if (chunk->payload.len == 0 && ph.plen > 0) {
+            /* The payload comes back into a fresh (aligned) block the message owns. */
+            if (!(chunk->payload.data = ga_malloc(ph.plen))) {
+                protobuf_c_message_free_unpacked(&chunk->base, &ga_wire_allocator);
+                ga_push_free(push);
+                return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory replaying a push");
+            }
+            memcpy(chunk->payload.data, c.p, ph.plen);
+            chunk->payload.len = ph.plen;
+        }
+        c.p += ph.plen, c.left -= ph.plen;
+        ga_status st = ga_push_add(&push, chunk, SIZE_MAX, why, cap);
+        if (st != GA_OK) {
+            ga_push_free(push);
+            return st;
+        }
+    }
+    if (c.left) goto bad;
+    *out = push;
+    return GA_OK;
+bad:
+    ga_push_free(push);
+    return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a push", r->seq);
+}
+
+ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char *why, size_t cap)
+{
+    cursor c = {r->body, r->len};
+    uint32_t count;
+    ga_init *init = NULL;
+    if (!take(&c, &count, 4) || count == 0) goto bad;
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t len;
+        if (!take(&c, &len, 8) || len > c.left) goto bad;
+        Gradagg__V1__InitChunk *chunk = (Gradagg__V1__InitChunk *)protobuf_c_message_unpack(
+            &gradagg__v1__init_chunk__descriptor, &ga_wire_allocator, len, c.p);
+        if (!chunk) goto bad;
+        c.p += len, c.left -= len;
+        ga_status st = ga_init_add(&init, chunk, SIZE_MAX, why, cap);
+        if (st != GA_OK) {
+            ga_init_free(init);
+            return st;
+        }
+    }
+    if (c.left) goto bad;
+    *out = init;
+    return GA_OK;
+bad:
+    ga_init_free(init);
+    return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not an init", r->seq);
+}
+
+ga_status ga_journal_decode_job(const ga_journal_record *r, Gradagg__V1__JoinRequest **out, char *why, size_t cap)
+{
+    Gradagg__V1__JoinRequest *req = (Gradagg__V1__JoinRequest *)protobuf_c_message_unpack(
+        &gradagg__v1__join_request__descriptor, &ga_wire_allocator, r->len, r->body);
+    if (!req || !req->job || !req->job[0]) {
+        if (req) protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
+        return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a job", r->seq);
+    }
+    *out = req;
+    return GA_OK;
+}

@@ -1,0 +1,84 @@
+/* A job's push journal: every change that is acknowledged before a checkpoint covers it (job
+ * creation, tensor creation, push commits, deadline closes) is appended here before its ack, so
+ * a restarted server rebuilds exactly what it had acknowledged from the newest checkpoint plus
+ * the journal (core_persist.c). Loop thread for appends; replay runs at start-up; pruning may
+ * run on a thread-pool task (it never touches the open segment).
+ *
+ * Files: <job dir>/journal-<counter:10>-<first seq:20>.log, appended in counter order. A record
+ * is [u32 type][u32 0][u64 seq][u64 body length][body][u32 crc32c of all before it], little
+ * endian. seq is the version that will include the record: a checkpoint of version V covers
+ * every record with seq <= V. Every record of a segment has seq <= the next segment's first seq,
+ * so a segment may go once the oldest kept checkpoint's version reaches the next one's. */
+#ifndef GA_JOURNAL_H
+#define GA_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bundle.h"
+#include "ga_status.h"
+#include "journal_sync.h"
+
+
+typedef enum ga_journal_type {
+    GA_JOURNAL_JOB = 1,    /* body: a packed JoinRequest (job and config) */
+    GA_JOURNAL_INIT = 2,   /* body: the InitTensors chunks that created tensors */
+    GA_JOURNAL_COMMIT = 3, /* body: one committed push, chunk by chunk */
+    GA_JOURNAL_CLOSE = 4,  /* body: empty; the sync step seq - 1 closed with what it had */
+} ga_journal_type;
+
+typedef struct ga_journal {
+    char *dir;        /* the job's directory (owned) */
+    char *path;       /* of the open segment (owned); NULL when none is open */
+    int fd;           /* of the open segment; -1 when none */
+    uint64_t counter; /* of the open segment */
+    ga_journal_sync sync;
+    uint64_t bytes;   /* appended since open, all segments */
+} ga_journal;
+
+/* Opens a new segment in dir (created if missing) after any existing ones, starting at
+ * first_seq. Errors GA_E_IO / GA_E_NOMEM with a message; *j is then closed (fd -1). */
+ga_status ga_journal_open(ga_journal *j, const char *dir, uint64_t first_seq, ga_journal_sync sync, char *why,
+                          size_t cap);
+/* Starts a new segment at first_seq (a checkpoint of version first_seq - 1 was queued). On
+ * error the current segment stays open. */
+ga_status ga_journal_rotate(ga_journal *j, uint64_t first_seq, char *why, size_t cap);
+void ga_journal_close(ga_journal *j); /* idempotent */
+
+/* Appends. Each writes the whole record or reports GA_E_IO (a partial record is cut off by its
+ * checksum at replay and was never acknowledged). PUSH sync mode fsyncs here. */
+ga_status ga_journal_job(ga_journal *j, uint64_t seq, const char *job, const Gradagg__V1__JobConfig *config, char *why,
+                         size_t cap);
+ga_status ga_journal_init(ga_journal *j, uint64_t seq, const ga_init *init, char *why, size_t cap);
+ga_status ga_journal_commit(ga_journal *j, uint64_t seq, const ga_push *push, char *why, size_t cap);
+ga_status ga_journal_close_step(ga_journal *j, uint64_t seq, char *why, size_t cap);
+/* fdatasync of the open segment (STEP mode calls it at each close). */
+ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap);
+
+/* Replay: calls visit for every intact record with seq > after, segment after segment, in the
+ * order written. A segment ends at its first torn or corrupt record (a torn tail is the normal
+ * trace of a killed write; *damaged counts the segments cut short). visit's error stops the
+ * replay and is returned. */
+typedef struct ga_journal_record {
+    ga_journal_type type;
+    uint64_t seq;
+    const uint8_t *body;
+    size_t len;
+} ga_journal_record;
+typedef ga_status (*ga_journal_visit)(void *arg, const ga_journal_record *r, char *why, size_t cap);
+ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, uint64_t *records,
+                            uint64_t *damaged, char *why, size_t cap);
+
+/* Deletes the segments whose every record has seq <= covered (the next segment starts at or
+ * below it). Never the newest segment. Returns how many went. */
+ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, char *why, size_t cap);
+
+/* Bodies back into bundles (owned by the caller) and messages. GA_E_PROTO when the body does
+ * not parse; the bundle checks of bundle.h apply. */
+ga_status ga_journal_decode_push(const ga_journal_record *r, ga_push **out, char *why, size_t cap);
+ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char *why, size_t cap);
+/* Returns owned (protobuf_c_message_free_unpacked with ga_wire_allocator). */
+ga_status ga_journal_decode_job(const ga_journal_record *r, Gradagg__V1__JoinRequest **out, char *why, size_t cap);
+
+#endif

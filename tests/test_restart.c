@@ -1,0 +1,288 @@
+/* Nothing acknowledged is lost across a killed server: 4 SDK workers (threads) with mixed codecs
+ * train through the real gradagg-server binary on 127.0.0.1 with Adam and compressed pulls,
+ * checkpointing every 5 versions; the server is SIGKILLed twice mid-training and restarted on
+ * the same port and data dir, and the workers go on by themselves (retries, rejoin). The final
+ * parameters must equal, bit for bit, those of the same run without kills. The server is started
+ * with posix_spawn: this process runs gRPC threads, and a fork would run gRPC's fork handlers. */
+#define _GNU_SOURCE /* mkdtemp */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ga_alloc.h"
+#include "gradagg.h"
+#include "test_dirs.h"
+
+#ifndef GA_SERVER_BIN
+#error "GA_SERVER_BIN (the gradagg-server binary) must be defined by the build"
+#endif
+
+extern char **environ;
+
+#define W 4
+#define STEPS 24
+#define BIG 100000 /* several chunks at chunk_bytes 64 KiB */
+#define SMALL 37
+#define TIMEOUT_S 60.0
+
+static char base_dir[64];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the server process ---- */
+
+typedef struct server {
+    pid_t pid;
+    int out; /* its stdout */
+    int port;
+    char dir[96];
+    int restores; /* "restore: job" lines it logged (stderr goes to a file) */
+    char log[128];
+} server;
+
+/* Starts gradagg-server on port (0 = any) and waits for its port line. */
+static void server_start(server *s, int port)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+    char *argv[] = {GA_SERVER_BIN,         "--listen",    listen,   "--data-dir", s->dir, "--admin-listen=",
+                    "--checkpoint-steps", "5",          "--log-level", "info",   NULL};
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s->log, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    assert_int_equal(posix_spawn(&s->pid, GA_SERVER_BIN, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    s->out = fds[0];
+    char line[256];
+    size_t n = 0;
+    double end = now_s() + 20.0;
+    while (now_s() < end && n + 1 < sizeof line) {
+        struct pollfd p = {s->out, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (read(s->out, line + n, 1) <= 0) break;
+        if (line[n++] == '\n') break;
+    }
+    line[n] = '\0';
+    if (sscanf(line, "gradagg-server: listening on 127.0.0.1:%d", &s->port) != 1)
+        fail_msg("server did not start: '%s' (log %s)", line, s->log);
+}
+
+static void server_kill(server *s, int sig)
+{
+    kill(s->pid, sig);
+    int status;
+    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    close(s->out);
+    if (sig == SIGTERM) assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static int count_in_file(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle)) n++;
+    fclose(f);
+    return n;
+}
+
+/* ---- the workers ---- */
+
+typedef struct worker {
+    pthread_t thread;
+    uint32_t rank;
+    int port;
+    float big[BIG], small[SMALL];
+    float gbig[BIG], gsmall[SMALL];
+    ga_status st;
+    char err[512];
+    ga_client_stats stats;
+} worker;
+
+static atomic_int steps_done[W];
+
+static float grad_value(uint32_t rank, int step, size_t i)
+{
+    uint64_t x = (uint64_t)i * 2654435761u + (uint64_t)step * 40503u + rank * 97u;
+    return (float)((int)(x % 2001) - 1000) * 1e-4f;
+}
+
+static const ga_codec_id codecs[W] = {GA_CODEC_NONE, GA_CODEC_FP16, GA_CODEC_2BIT, GA_CODEC_TOPK};
+
+static void *worker_main(void *arg)
+{
+    worker *wk = arg;
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%d", wk->port);
+    ga_client_options o = GA_CLIENT_OPTIONS_INIT;
+    o.server = address;
+    o.job = "restart";
+    o.rank = wk->rank;
+    o.world_size = W;
+    o.mean = true;
+    o.optimizer = GA_SERVER_OPTIM_ADAM;
+    o.adam.lr = 0.01f;
+    o.adam.beta1 = 0.9f;
+    o.adam.beta2 = 0.999f;
+    o.adam.eps = 1e-8f;
+    o.pull_codec = GA_CODEC_2BIT;
+    o.pull_params = ga_codec_params_default(GA_CODEC_2BIT);
+    o.pull_params.threshold = 0.005f;
+    o.chunk_bytes = 64 << 10;
+    o.call_timeout_ms = 10000;
+    o.step_timeout_ms = 30000;
+    o.backoff_ms = 20;
+    o.backoff_max_ms = 200;
+    o.max_retries = 400; /* rides over a restart of a few seconds */
+    o.threads = 1;
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    t.codec = codecs[wk->rank];
+    if (t.codec == GA_CODEC_TOPK) {
+        t.params = ga_codec_params_default(GA_CODEC_TOPK);
+        t.params.ratio = 0.01f;
+    }
+    for (size_t i = 0; i < BIG; i++) wk->big[i] = (float)(i % 101) * 0.01f;
+    for (size_t i = 0; i < SMALL; i++) wk->small[i] = 1.0f;
+    ga_client *c = NULL;
+    uint64_t sb[2] = {250, 400}, ss[1] = {SMALL};
+    const float *grads[2] = {wk->gbig, wk->gsmall};
+    wk->st = ga_client_create(&o, &c, wk->err, sizeof wk->err);
+    if (wk->st != GA_OK) return NULL;
+    if ((wk->st = ga_client_add_tensor(c, "big", sb, 2, wk->big, &t, NULL)) != GA_OK ||
+        (wk->st = ga_client_add_tensor(c, "small", ss, 1, wk->small, &t, NULL)) != GA_OK ||
+        (wk->st = ga_client_init(c)) != GA_OK)
+        goto out;
+    for (int step = 0; step < STEPS; step++) {
+        /* Gradients depend on the parameters the worker holds: any divergence would grow. */
+        for (size_t i = 0; i < BIG; i++) wk->gbig[i] = 0.01f * wk->big[i] + grad_value(wk->rank, step, i);
+        for (size_t i = 0; i < SMALL; i++) wk->gsmall[i] = 0.01f * wk->small[i] + grad_value(wk->rank, step, i + BIG);
+        /* The last rank is slow, so a kill soon after a step lands with the step's other
+         * pushes acknowledged and this one still to come. */
+        if (wk->rank == W - 1) sleep_ms(20);
+        if ((wk->st = ga_client_step(c, grads)) != GA_OK) goto out;
+        atomic_store(&steps_done[wk->rank], step + 1);
+    }
+out:
+    if (wk->st != GA_OK) snprintf(wk->err, sizeof wk->err, "%s", ga_client_error(c));
+    ga_client_get_stats(c, &wk->stats);
+    ga_client_destroy(c);
+    return NULL;
+}
+
+/* The most steps any worker has finished: a kill then lands while the others still push. */
+static int max_steps(void)
+{
+    int m = 0;
+    for (int r = 0; r < W; r++) {
+        int s = atomic_load(&steps_done[r]);
+        if (s > m) m = s;
+    }
+    return m;
+}
+
+/* One training run; kill_at[k] > 0: SIGKILL the server once a worker finished that many steps,
+ * and start it again on the same port and data dir. */
+static void train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, worker *wk, server *s)
+{
+    ga_test_fresh_dir(s->dir, sizeof s->dir, base_dir);
+    server_start(s, 0);
+    for (int r = 0; r < W; r++) {
+        atomic_store(&steps_done[r], 0);
+        memset(&wk[r], 0, sizeof wk[r]);
+        wk[r].rank = (uint32_t)r;
+        wk[r].port = s->port;
+        assert_int_equal(pthread_create(&wk[r].thread, NULL, worker_main, &wk[r]), 0);
+    }
+    double end = now_s() + TIMEOUT_S;
+    for (int k = 0; k < nkill; k++) {
+        while (max_steps() < kill_at[k] && now_s() < end) sleep_ms(1);
+        sleep_ms(kill_delay_ms[k]); /* 0: between steps; later: amid the next step's pushes */
+        server_kill(s, SIGKILL);
+        server_start(s, s->port);
+    }
+    for (int r = 0; r < W; r++) pthread_join(wk[r].thread, NULL);
+    server_kill(s, SIGTERM);
+    for (int r = 0; r < W; r++)
+        if (wk[r].st != GA_OK) fail_msg("rank %d: %s: %s", r, ga_strerror(wk[r].st), wk[r].err);
+    s->restores = count_in_file(s->log, "restore: job 'restart'");
+}
+
+static worker plain[W], killed[W];
+
+static void test_sigkill_loses_nothing(void **state)
+{
+    (void)state;
+    server a = {0}, b = {0};
+    train(NULL, NULL, 0, plain, &a);
+    const int kills[] = {6, 13};
+    const uint32_t delays[] = {0, 10};
+    train(kills, delays, 2, killed, &b);
+
+    /* Every worker of each run holds the same parameters ... */
+    for (int r = 1; r < W; r++) {
+        assert_memory_equal(plain[r].big, plain[0].big, sizeof plain[0].big);
+        assert_memory_equal(killed[r].big, killed[0].big, sizeof killed[0].big);
+        assert_memory_equal(killed[r].small, killed[0].small, sizeof killed[0].small);
+    }
+    /* ... and the killed run ends exactly where the uninterrupted one does. */
+    assert_memory_equal(killed[0].big, plain[0].big, sizeof plain[0].big);
+    assert_memory_equal(killed[0].small, plain[0].small, sizeof plain[0].small);
+    /* The kills really happened mid-training: both restarts restored the job, and the workers
+     * had to retry. */
+    assert_int_equal(a.restores, 0);
+    assert_true(b.restores >= 4); /* checkpoint + journal lines, for each of the 2 restarts */
+    uint64_t retries = 0;
+    for (int r = 0; r < W; r++) retries += killed[r].stats.retries;
+    assert_true(retries > 0);
+    assert_int_equal(killed[0].stats.steps, STEPS);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(base_dir, sizeof base_dir, "/tmp/ga_restart_XXXXXX");
+    if (!mkdtemp(base_dir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sigkill_loses_nothing),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (rc == 0 && !getenv("GA_KEEP")) ga_test_remove_dir(base_dir);
+    else fprintf(stderr, "server data and logs kept in %s\n", base_dir);
+    return rc;
+}
