@@ -144,7 +144,7 @@ function ruleErrors(name, docs) {
   if (!dataMount || !vct.includes(dataMount.name))
     errs.push(`GRADAGG_DATA_DIR ${data.GRADAGG_DATA_DIR} is not the mount of a volumeClaimTemplate`);
 
-  // Files the settings name must be mounted (TLS, tokens); a Secret probe cannot speak TLS.
+  // Files the settings name (TLS, tokens) must be under a mount; kubelet gRPC probes cannot speak TLS.
   for (const k of ["GRADAGG_TLS_CERT", "GRADAGG_TLS_KEY", "GRADAGG_TLS_CLIENT_CA", "GRADAGG_AUTH_TOKENS"]) {
     const f = data[k];
     if (f && !(c.volumeMounts || []).some((m) => f.startsWith(m.mountPath.replace(/\/?$/, "/"))))
