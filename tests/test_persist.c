@@ -1,0 +1,300 @@
+/* The files behind checkpoints and the journal: CRC-32C against its published check value, journal
+ * records back in order, a torn or flipped record ending its segment (earlier ones kept), pruning,
+ * checkpoints of a store round-tripping bit for bit, and a flipped byte, a cut file or a foreign
+ * file refused. */
+#define _GNU_SOURCE /* mkdtemp */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "checkpoint.h"
+#include "crc32c.h"
+#include "fileio.h"
+#include "ga_alloc.h"
+#include "ga_wire.h"
+#include "journal.h"
+#include "test_dirs.h"
+
+static char base[64];
+
+static void test_crc32c_check_value(void **state)
+{
+    (void)state;
+    assert_int_equal(ga_crc32c(0, "123456789", 9), 0xE3069283u);
+    /* Extending equals one pass, at any split (the hardware path takes 8 bytes at a time). */
+    char buf[1000];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(i * 7 + 3);
+    uint32_t whole = ga_crc32c(0, buf, sizeof buf);
+    for (size_t cut = 0; cut <= sizeof buf; cut += 37) assert_int_equal(ga_crc32c(ga_crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
+}
+
+/* A push of one chunk of `count` fp32 values, as the network would deliver it. */
+static ga_push *make_push(uint64_t step, uint32_t rank, float value, size_t count)
+{
+    float *v = ga_malloc(count * sizeof *v);
+    for (size_t i = 0; i < count; i++) v[i] = value + (float)i;
+    Gradagg__V1__Codec codec = GRADAGG__V1__CODEC__INIT;
+    Gradagg__V1__PushChunk c = GRADAGG__V1__PUSH_CHUNK__INIT;
+    c.job = "j", c.rank = rank, c.incarnation = 9, c.step = step, c.tensor = "w", c.offset = 0, c.count = count;
+    c.codec = &codec;
+    c.payload.data = (uint8_t *)v, c.payload.len = count * sizeof *v;
+    size_t len = protobuf_c_message_get_packed_size(&c.base);
+    uint8_t *bytes = ga_malloc(len);
+    protobuf_c_message_pack(&c.base, bytes);
+    ga_free(v);
+    ProtobufCMessage *m = protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
+    ga_free(bytes);
+    ga_push *push = NULL;
+    char why[256];
+    assert_int_equal(ga_push_add(&push, (Gradagg__V1__PushChunk *)m, SIZE_MAX, why, sizeof why), GA_OK);
+    return push;
+}
+
+typedef struct seen {
+    int n;
+    uint64_t seq[16];
+    float first[16];
+} seen;
+
+static ga_status collect(void *arg, const ga_journal_record *r, char *why, size_t cap)
+{
+    seen *s = arg;
+    assert_int_equal(r->type, GA_JOURNAL_COMMIT);
+    ga_push *p;
+    GA_CHECK(ga_journal_decode_push(r, &p, why, cap));
+    s->seq[s->n] = r->seq;
+    memcpy(&s->first[s->n], p->parts[0].chunk->payload.data, sizeof(float));
+    assert_int_equal(p->step + 1, r->seq);
+    s->n++;
+    ga_push_free(p);
+    return GA_OK;
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    return sb.st_size;
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t b;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+static void test_journal_replay_stops_at_damage(void **state)
+{
+    (void)state;
+    char dir[128], why[256];
+    ga_test_fresh_dir(dir, sizeof dir, base);
+    ga_journal j;
+    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
+    for (uint64_t s = 0; s < 4; s++) {
+        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
+        assert_int_equal(ga_journal_commit(&j, s + 1, p, why, sizeof why), GA_OK);
+        ga_push_free(p);
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s", j.path);
+    ga_journal_close(&j);
+
+    seen s = {0};
+    uint64_t records, damaged;
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 4);
+    assert_int_equal(damaged, 0);
+    assert_true(s.first[3] == 30.0f && s.seq[3] == 4);
+    /* Only the records after a checkpoint's version come back. */
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 2, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.seq[0], 3);
+
+    /* A cut-off tail (a killed write): the records before it stay. */
+    off_t size = file_size(path);
+    assert_int_equal(truncate(path, size - 100), 0);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(damaged, 1);
+    /* A flipped bit in the second record's payload ends the segment there. */
+    flip_byte(path, size / 4 + 600);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 1);
+
+    /* A new segment after damage is still read. */
+    assert_int_equal(ga_journal_open(&j, dir, 5, GA_JOURNAL_SYNC_NONE, why, sizeof why), GA_OK);
+    ga_push *p = make_push(4, 1, 99.0f, 10);
+    assert_int_equal(ga_journal_commit(&j, 5, p, why, sizeof why), GA_OK);
+    ga_push_free(p);
+    ga_journal_close(&j);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 2);
+    assert_true(s.first[1] == 99.0f);
+
+    /* Pruning: the first segment goes once a kept checkpoint covers the second's start. */
+    size_t removed;
+    assert_int_equal(ga_journal_prune(dir, 4, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(removed, 0);
+    assert_int_equal(ga_journal_prune(dir, 5, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(removed, 1);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(ga_journal_prune(dir, 1000, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(removed, 0); /* never the newest segment */
+}
+
+/* ---- checkpoints ---- */
+
+#define N 5000
+
+typedef struct loaded {
+    ga_ckpt_meta *meta;
+    float values[GA_STORE_BUFS][N];
+    uint32_t got;
+} loaded;
+
+static ga_status on_begin(void *arg, ga_ckpt_meta *m, char *why, size_t cap)
+{
+    (void)why, (void)cap;
+    ((loaded *)arg)->meta = m;
+    return GA_OK;
+}
+
+static ga_status on_buffer(void *arg, uint32_t t, ga_store_buf b, const float *v, char *why, size_t cap)
+{
+    (void)why, (void)cap;
+    loaded *l = arg;
+    assert_int_equal(t, 0);
+    memcpy(l->values[b], v, N * sizeof *v);
+    l->got |= 1u << b;
+    return GA_OK;
+}
+
+static ga_ckpt_meta *meta_for(uint64_t version)
+{
+    ga_ckpt_meta *m = ga_calloc(1, sizeof *m);
+    m->job = ga_strdup("job");
+    m->config = ga_malloc(3), m->config_len = 3;
+    memcpy(m->config, "\x08\x02\x10", 3);
+    m->version = version, m->unix_ms = 1234;
+    m->world = 2;
+    m->members = ga_calloc(2, sizeof *m->members);
+    m->members[1] = (ga_ckpt_member){77, 5, 0x1f, true, false};
+    m->ntensors = 1;
+    m->tensors = ga_calloc(1, sizeof *m->tensors);
+    m->tensors[0].name = ga_strdup("w");
+    m->tensors[0].ndim = 2;
+    m->tensors[0].shape = ga_malloc(2 * sizeof(uint64_t));
+    m->tensors[0].shape[0] = 50, m->tensors[0].shape[1] = 100;
+    m->tensors[0].elements = N;
+    return m;
+}
+
+static void test_checkpoint_round_trip_and_damage(void **state)
+{
+    (void)state;
+    char dir[128], why[256];
+    ga_test_fresh_dir(dir, sizeof dir, base);
+    ga_store_config cfg = {.backend = GA_BACKEND_CPU, .optim = GA_OPTIM_ADAM, .piece_elems = 1024,
+                           .adam = {0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, .pull_codec = GA_CODEC_NONE};
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    float init[N];
+    for (int i = 0; i < N; i++) init[i] = (float)i * 0.25f - 3.0f;
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, init, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    float g[N];
+    for (int i = 0; i < N; i++) g[i] = (float)((i * 37) % 11) - 5.0f;
+    ga_codec_params none = {0};
+    for (int step = 0; step < 3; step++) {
+        assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+        assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+        ga_published_clear(&pub);
+    }
+    uint64_t oldest = 0;
+    for (uint64_t v = 1; v <= 4; v++) {
+        ga_ckpt_meta *m = meta_for(v);
+        assert_int_equal(ga_ckpt_write(dir, m, s, 3, &oldest, why, sizeof why), GA_OK);
+        ga_ckpt_meta_free(m);
+    }
+    assert_int_equal(oldest, 2); /* keep 3: versions 2, 3, 4 */
+    char **names;
+    size_t n;
+    assert_int_equal(ga_ckpt_list(dir, &names, &n, why, sizeof why), GA_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(names[0], "checkpoint-00000000000000000004.gack");
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, names[0]);
+    ga_file_names_free(names, n);
+
+    loaded *l = ga_calloc(1, sizeof *l);
+    ga_ckpt_loader ld = {on_begin, on_buffer, l};
+    assert_int_equal(ga_ckpt_load(path, &ld, why, sizeof why), GA_OK);
+    assert_int_equal(l->meta->version, 4);
+    assert_string_equal(l->meta->job, "job");
+    assert_int_equal(l->meta->members[1].incarnation, 77);
+    assert_int_equal(l->meta->members[1].commit_mask, 0x1f);
+    assert_int_equal(l->meta->tensors[0].adam_steps, 3);
+    assert_int_equal(l->meta->tensors[0].shape[1], 100);
+    assert_int_equal(l->got, 1u << GA_STORE_BUF_PARAMS | 1u << GA_STORE_BUF_STATE0 | 1u << GA_STORE_BUF_STATE1);
+    for (int b = 0; b < 3; b++) {
+        float now[N];
+        assert_int_equal(ga_store_read(s, 0, (ga_store_buf)b, 0, N, now), GA_OK);
+        assert_memory_equal(now, l->values[b], sizeof now);
+    }
+    ga_ckpt_meta_free(l->meta);
+
+    /* A flipped byte anywhere, a cut tail, and a file that is no checkpoint are refused. */
+    off_t size = file_size(path);
+    off_t spots[] = {3, 40, size / 2, size - 30};
+    for (size_t i = 0; i < sizeof spots / sizeof *spots; i++) {
+        flip_byte(path, spots[i]);
+        memset(l, 0, sizeof *l);
+        assert_int_equal(ga_ckpt_load(path, &ld, why, sizeof why), GA_E_PROTO);
+        assert_null(l->meta); /* nothing handed out before the checksum passed */
+        flip_byte(path, spots[i]);
+    }
+    assert_int_equal(truncate(path, size - 1), 0);
+    assert_int_equal(ga_ckpt_load(path, &ld, why, sizeof why), GA_E_PROTO);
+    assert_non_null(strstr(why, "trailer"));
+    FILE *f = fopen(path, "w");
+    fputs("not a checkpoint at all, but long enough to have a trailer spot", f);
+    fclose(f);
+    assert_int_equal(ga_ckpt_load(path, &ld, why, sizeof why), GA_E_PROTO);
+    ga_free(l);
+    ga_store_destroy(s);
+}
+
+int main(void)
+{
+    snprintf(base, sizeof base, "/tmp/ga_persist_XXXXXX");
+    if (!mkdtemp(base)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32c_check_value),
+        cmocka_unit_test(test_journal_replay_stops_at_damage),
+        cmocka_unit_test(test_checkpoint_round_trip_and_damage),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    ga_test_remove_dir(base);
+    return rc;
+}
