@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "fileio.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
 #include "test_dirs.h"
@@ -74,7 +75,7 @@ static void server_start(server *s, int port)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
     char *argv[] = {GA_SERVER_BIN,         "--listen",    listen,   "--data-dir", s->dir, "--admin-listen=",
-                    "--checkpoint-steps", "5",          "--log-level", "info",   NULL};
+                    "--checkpoint-steps", "5",          "--log-level", "info",   "--member-lease-ms=100", NULL};
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     posix_spawn_file_actions_t fa;
@@ -271,6 +272,53 @@ static void test_sigkill_loses_nothing(void **state)
     for (int r = 0; r < W; r++) retries += killed[r].stats.retries;
     assert_true(retries > 0);
     assert_int_equal(killed[0].stats.steps, STEPS);
+
+    /* A corrupt newest checkpoint: the server skips it, restores the one before and replays the
+     * journal from there to the same version, and a worker pulls the same parameters. */
+    char **names;
+    size_t n;
+    char why[256], job_dir[256], path[512];
+    assert_int_equal(ga_file_list(a.dir, "job-restart-", "", &names, &n, why, sizeof why), GA_OK);
+    assert_int_equal(n, 1);
+    snprintf(job_dir, sizeof job_dir, "%s/%s", a.dir, names[0]);
+    ga_file_names_free(names, n);
+    snprintf(path, sizeof path, "%s/checkpoint-%020d.gack", job_dir, STEPS);
+    FILE *f = fopen(path, "r+");
+    assert_non_null(f);
+    fseek(f, 5000, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 5000, SEEK_SET);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    server_start(&a, 0);
+    worker *w = &plain[0]; /* its params are the uninterrupted result; a fresh copy comes back */
+    static float expect[BIG];
+    memcpy(expect, w->big, sizeof expect);
+    memset(w->big, 0, sizeof w->big);
+    w->port = a.port;
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%d", a.port);
+    ga_client_options o = GA_CLIENT_OPTIONS_INIT;
+    o.server = address, o.job = "restart", o.rank = 0, o.world_size = W, o.mean = true;
+    o.optimizer = GA_SERVER_OPTIM_ADAM;
+    o.adam.lr = 0.01f, o.adam.beta1 = 0.9f, o.adam.beta2 = 0.999f, o.adam.eps = 1e-8f;
+    o.pull_codec = GA_CODEC_2BIT;
+    o.pull_params = ga_codec_params_default(GA_CODEC_2BIT);
+    o.pull_params.threshold = 0.005f;
+    ga_client *c;
+    char msg[512];
+    sleep_ms(150); /* the restored ranks' leases (100 ms) lapse: a new incarnation may take one */
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
+    assert_int_equal(ga_client_version(c), STEPS);
+    uint64_t sb[2] = {250, 400}, ss[1] = {SMALL};
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    assert_int_equal(ga_client_add_tensor(c, "big", sb, 2, w->big, &t, NULL), GA_OK);
+    assert_int_equal(ga_client_add_tensor(c, "small", ss, 1, w->small, &t, NULL), GA_OK);
+    assert_int_equal(ga_client_init(c), GA_OK);
+    assert_memory_equal(w->big, expect, sizeof expect);
+    ga_client_destroy(c);
+    server_kill(&a, SIGTERM);
+    assert_int_equal(count_in_file(a.log, "restore: skipping"), 1);
 }
 
 int main(void)
