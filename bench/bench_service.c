@@ -78,7 +78,8 @@ static int server_start(const char *bin, server_proc *out)
         close(fds[1]);
         /* GRADAGG_LOG_LEVEL (default warn here) and other GRADAGG_* settings pass through. */
         setenv("GRADAGG_LOG_LEVEL", getenv("GRADAGG_LOG_LEVEL") ? getenv("GRADAGG_LOG_LEVEL") : "warn", 1);
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--data-dir", "/tmp/gradagg-bench-data", (char *)NULL);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir",
+              "/tmp/gradagg-bench-data", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);

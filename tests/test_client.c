@@ -41,6 +41,7 @@ static int start_server(void **state)
     (void)state;
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
     cfg.log_level = GA_LOG_WARN;
@@ -411,6 +412,7 @@ static void join_waits_for_server(void **state)
     /* A port that was free a moment ago. */
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
     cfg.log_level = GA_LOG_WARN;
