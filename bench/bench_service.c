@@ -80,7 +80,7 @@ static int server_start(const char *bin, server_proc *out)
         setenv("GRADAGG_LOG_LEVEL", getenv("GRADAGG_LOG_LEVEL") ? getenv("GRADAGG_LOG_LEVEL") : "warn", 1);
         char dir[64];
         snprintf(dir, sizeof dir, "/tmp/gradagg-bench-%d", (int)getpid()); /* fresh: nothing to restore */
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--data-dir", dir, (char *)NULL);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", dir, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);

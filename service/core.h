@@ -13,6 +13,7 @@
 #include "bundle.h"
 #include "ga_exec.h"
 #include "journal.h"
+#include "metrics.h"
 #include "rpc.h"
 
 typedef struct ga_core ga_core;
@@ -76,5 +77,10 @@ ga_status ga_core_restore(ga_core *c, char *why, size_t cap);
  * (before ga_core_drain returns when none is). Pulls that arrive later are answered when their
  * version exists, else refused with GA_E_DRAINING. Once. */
 void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg);
+
+/* Appends the job families of docs/metrics.md (gradagg_jobs, per-job versions, steps and step
+ * latency, received bytes per codec, workers by state, stragglers, late and duplicate pushes,
+ * checkpoints, held bytes) to t. Borrows t. Loop thread (the admin server's scrape). */
+void ga_core_metrics(const ga_core *c, ga_metrics_text *t);
 
 #endif

@@ -25,6 +25,7 @@ typedef struct apply_task {
     ga_job *job;
     uint32_t contributors;
     uint64_t version; /* published when done */
+    uint64_t step_start_ns; /* the sync step's first commit (uv_hrtime); 0 for async */
     ga_published *out;
     size_t ntensors;
     ga_status rc;
@@ -80,6 +81,8 @@ static void apply_done(ga_task *t)
         }
         job->version = a->version;
         job->steps++;
+        if (a->step_start_ns)
+            ga_histogram_observe(&job->step_seconds, (double)(uv_hrtime() - a->step_start_ns) * 1e-9);
         job->store_bytes = ga_store_bytes(job->store);
         ga_core_pulls_serve(job);
     } else {
@@ -110,7 +113,7 @@ static void queue_accumulate(ga_job *job, ga_push *push)
     ga_taskq_push(&job->tasks, &a->t);
 }
 
-static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version)
+static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version, uint64_t step_start_ns)
 {
     apply_task *a = ga_calloc(1, sizeof *a);
     ga_published *out = ga_calloc(job->ntensors + 1, sizeof *out);
@@ -124,6 +127,7 @@ static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version)
     a->job = job;
     a->contributors = contributors;
     a->version = version;
+    a->step_start_ns = step_start_ns;
     a->out = out;
     a->ntensors = job->ntensors;
     job->target = version;
@@ -254,6 +258,16 @@ static bool committed_before(const ga_member *m, uint64_t step)
     return back < 64 && (m->commit_mask >> back) & 1;
 }
 
+/* A push is committed: its bytes as received and as fp32, per codec (the compression ratio). */
+static void count_received(ga_job *job, const ga_push *push)
+{
+    for (size_t i = 0; i < push->count; i++) {
+        const ga_push_part *p = &push->parts[i];
+        job->received_bytes[p->codec] += p->chunk->payload.len;
+        job->received_fp32[p->codec] += 4 * p->chunk->count;
+    }
+}
+
 static void ack(ga_call *call, uint64_t step, bool duplicate, uint64_t version)
 {
     Gradagg__V1__PushResponse resp = GRADAGG__V1__PUSH_RESPONSE__INIT;
@@ -291,11 +305,14 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
     uint64_t step = s->step;
     uint32_t contributors = s->committed;
     ga_persist_step_closed(job, step, contributors == job->world);
-    ga_step_exclude_missing(s);
-    if (by_deadline) job->deadline_closes++;
+    uint32_t missing = ga_step_exclude_missing(s);
+    if (by_deadline) {
+        job->deadline_closes++;
+        job->stragglers += missing;
+    }
     ga_core_step_advance(job);
     uv_timer_stop(job->timer);
-    queue_apply(job, contributors, step + 1);
+    queue_apply(job, contributors, step + 1, job->step_start_ns);
     /* The next step opens now: its pushes queue behind this step's apply. */
     ga_step_open(s, step + 1);
     ga_core_step_exclude_left(job);
@@ -355,6 +372,8 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     c->held_bytes += push->payload_bytes;
     job->any_commit = true;
     record_commit(m, push->step);
+    count_received(job, push);
+    if (s->committed == 0) job->step_start_ns = uv_hrtime();
     uint32_t rank = push->rank;
     ga_step_commit(s, rank, push);
     ack(call, s->step, false, job->version);
@@ -390,9 +409,10 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     job->any_commit = true;
     m->has_pushed = true;
     m->last_step = push->step;
+    count_received(job, push);
     uint64_t step = push->step; /* queue_accumulate takes push */
     queue_accumulate(job, push);
-    queue_apply(job, 1, job->target + 1);
+    queue_apply(job, 1, job->target + 1, 0);
     /* Async acks name the version that will include this commit: a pull for it reads it. */
     ack(call, step, false, job->target);
     return;

@@ -196,6 +196,7 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     job->deadline_ms = set->deadline_ms;
     job->quorum = set->quorum;
     job->store_cfg = set->store;
+    ga_histogram_init(&job->step_seconds, ga_metrics_step_bounds, ga_metrics_step_nbounds);
     if (!(job->name = ga_strdup(name)) || !(job->config = copy_config(cfg)) ||
         !(job->members = ga_calloc(set->world, sizeof *job->members)) ||
         !(job->timer = ga_calloc(1, sizeof *job->timer)))

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "core.h"
+#include "metrics.h"
 #include "step.h"
 #include "store.h"
 #include "task.h"
@@ -92,6 +93,13 @@ typedef struct ga_job {
     uint64_t ckpt_version;    /* of the newest checkpoint written or restored */
     uint64_t ckpt_unix_ms;    /* when it was written; 0 = none yet */
     double ckpt_seconds;      /* how long the newest write took */
+
+    /* Metrics only (core_metrics.c); the counters above are shared with Status. */
+    uint64_t stragglers;                      /* ranks missing from steps closed at the deadline */
+    uint64_t received_bytes[GA_CODEC_COUNT];  /* committed push payloads, by codec */
+    uint64_t received_fp32[GA_CODEC_COUNT];   /* the same pushes as fp32 bytes */
+    uint64_t step_start_ns;                   /* uv_hrtime of the open step's first commit */
+    ga_histogram step_seconds;                /* first commit to publication, sync steps */
 } ga_job;
 
 /* The job settings a config gives: checks world_size in [1, GA_JOB_MAX_WORLD], the enums,

@@ -1,6 +1,7 @@
 /* gradagg-server: resolve the config (exit 2 when it is invalid), start, serve until SIGTERM or
  * SIGINT has drained the server, exit 0. */
 #include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #include "log.h"
@@ -42,6 +43,14 @@ int main(int argc, char **argv)
     ga_log(GA_LOG_INFO, "listening on %s:%d backend=%s", host, port, ga_config_backend_name(cfg.backend));
     /* The line tests and scripts read the port from (listen ...:0). */
     printf("gradagg-server: listening on %s:%d\n", host, port);
+    if (cfg.admin_listen[0]) {
+        /* The host part of admin_listen, as for listen above. */
+        const char *colon = strrchr(cfg.admin_listen, ':');
+        int n = (int)(colon ? (size_t)(colon - cfg.admin_listen) : strlen(cfg.admin_listen));
+        int admin_port = ga_server_admin_port(server);
+        ga_log(GA_LOG_INFO, "admin HTTP on %.*s:%d (/metrics, /healthz, /readyz)", n, cfg.admin_listen, admin_port);
+        printf("gradagg-server: admin on %.*s:%d\n", n, cfg.admin_listen, admin_port);
+    }
     fflush(stdout);
 
     ga_server_wait(server);

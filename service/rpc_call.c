@@ -10,6 +10,7 @@
 #include "blob.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
+#include "metrics.h"
 #include "rpc_internal.h"
 
 ga_call *rpc_call_new(ga_rpc_server *srv, rpc_queue *q, const ga_method *m)
@@ -131,6 +132,9 @@ static bool finish(ga_call *c, grpc_byte_buffer *resp, ga_status st, const char 
         return false;
     }
     c->finished = true;
+    /* Every status a call ends with passes here once: the transport's own refusals and the
+     * handlers' (dispatch, core, health) alike. */
+    ga_metrics_count_call((int)c->id, st);
     if (c->gone) {
         if (resp) grpc_byte_buffer_destroy(resp);
     } else if (c->in_flight || c->out_head) {

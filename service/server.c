@@ -1,12 +1,13 @@
 /* gradagg-server assembled (see server.h). After start, everything but the start handshake and
- * the loop thread's join lives on the loop thread: the core, health, the timers, the signals and
- * every step of the shutdown sequence. */
+ * the loop thread's join lives on the loop thread: the core, health, the admin HTTP server, the
+ * timers, the signals and every step of the shutdown sequence. */
 #include "server.h"
 
 #include <signal.h>
 #include <stdbool.h>
 #include <uv.h>
 
+#include "admin.h"
 #include "core.h"
 #include "dispatch.h"
 #include "ga_alloc.h"
@@ -34,13 +35,15 @@ struct ga_server {
     uv_cond_t cv;
     bool setup_done;
     ga_status setup_status;
-    int port; /* written by setup before setup_done */
+    int port;       /* written by setup before setup_done */
+    int admin_port; /* 0 when the admin server is off */
 
     /* Loop thread only. */
     ga_core *core;
     ga_health *health;
     ga_dispatch *dispatch;
     ga_rpc_server *rpc;
+    ga_admin *admin; /* NULL when cfg.admin_listen is "" */
     uv_timer_t delay_timer, grace_timer;
     uv_signal_t sigterm, sigint;
     bool timers_open, signals_open;
@@ -66,6 +69,9 @@ static void teardown_rest(void *arg)
     s->health = NULL;
     ga_dispatch_destroy(s->dispatch);
     s->dispatch = NULL;
+    /* Last: /healthz answered through the whole drain. */
+    ga_admin_close(s->admin);
+    s->admin = NULL;
     if (s->timers_open) {
         close_handle((uv_handle_t *)&s->delay_timer);
         close_handle((uv_handle_t *)&s->grace_timer);
@@ -145,6 +151,7 @@ static void begin_drain(ga_server *s, const char *why, bool escalate)
     case P_RUNNING:
         ga_log(GA_LOG_INFO, "shutdown: %s: health NOT_SERVING; draining in %u ms", why, s->cfg.drain_delay_ms);
         ga_health_set_all(s->health, GA_NOT_SERVING);
+        if (s->admin) ga_admin_set_ready(s->admin, false, "draining");
         s->phase = P_DELAY;
         uv_timer_start(&s->delay_timer, on_delay, s->cfg.drain_delay_ms, 0);
         break;
@@ -175,6 +182,31 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* ---- start (loop thread) ---- */
 
+/* A scrape (admin.h): the process, the core's jobs, and the transport's counters. */
+static void collect_metrics(void *arg, ga_metrics_text *t)
+{
+    ga_server *s = arg;
+    ga_metrics_write_process(t, ga_config_backend_name(s->cfg.backend));
+    if (s->core) ga_core_metrics(s->core, t);
+    ga_metrics_write_calls(t);
+}
+
+static ga_status start_admin(ga_server *s, int *port)
+{
+    if (!s->cfg.admin_listen[0]) return GA_OK;
+    ga_admin_options ao = GA_ADMIN_OPTIONS_INIT;
+    ao.listen = s->cfg.admin_listen;
+    ao.collect = collect_metrics;
+    ao.collect_arg = s;
+    char why[GA_CONFIG_LISTEN_MAX + 128];
+    ga_status st = ga_admin_start(ga_loop_uv(s->loop), &ao, &s->admin, port, why, sizeof why);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "--admin-listen %s: %s", s->cfg.admin_listen, why);
+        return st == GA_E_NOMEM ? st : GA_E_IO;
+    }
+    return GA_OK;
+}
+
 static ga_status open_handles(ga_server *s)
 {
     uv_loop_t *uv = ga_loop_uv(s->loop);
@@ -197,7 +229,7 @@ static void setup(void *arg)
     ga_server *s = arg;
     const ga_config *c = &s->cfg;
     ga_status st;
-    int port = 0;
+    int port = 0, admin_port = 0;
 
     ga_core_options co = GA_CORE_OPTIONS_INIT;
     co.backend = c->backend;
@@ -225,6 +257,7 @@ static void setup(void *arg)
     GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,
                   fail);
     GA_CHECK_GOTO(open_handles(s), st, fail);
+    GA_CHECK_GOTO(start_admin(s, &admin_port), st, fail);
 
     ga_rpc_options ro = GA_RPC_OPTIONS_INIT;
     ro.listen = c->listen;
@@ -233,6 +266,8 @@ static void setup(void *arg)
     GA_CHECK_GOTO(ga_rpc_server_start(&ro, ga_dispatch_handlers(s->dispatch), &s->rpc, &port), st, fail);
     /* Calls that arrived already wait behind this function in the loop's queue. */
     ga_health_set_all(s->health, GA_SERVING);
+    /* Ready once everything above (checkpoint restore included) is done. */
+    if (s->admin) ga_admin_set_ready(s->admin, true, "ready");
     s->phase = P_RUNNING;
     goto done;
 
@@ -241,6 +276,7 @@ fail:
 done:
     uv_mutex_lock(&s->mu);
     s->port = port;
+    s->admin_port = admin_port;
     s->setup_status = st;
     s->setup_done = true;
     uv_cond_signal(&s->cv);
@@ -263,6 +299,7 @@ ga_status ga_server_start(const ga_config *cfg, ga_server **out)
         ga_log(GA_LOG_ERROR, "%s", why);
         return st;
     }
+    ga_metrics_process_started();
     ga_server *s = ga_calloc(1, sizeof *s);
     if (!s) return GA_E_NOMEM;
     s->cfg = *cfg;
@@ -304,6 +341,11 @@ fail_free:
 int ga_server_port(const ga_server *s)
 {
     return s->port;
+}
+
+int ga_server_admin_port(const ga_server *s)
+{
+    return s->admin_port;
 }
 
 void ga_server_drain(ga_server *s)

@@ -43,6 +43,7 @@ static int start_server(void **state)
     (void)state;
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.log_level = GA_LOG_WARN;
@@ -413,6 +414,7 @@ static void join_waits_for_server(void **state)
     /* A port that was free a moment ago. */
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.log_level = GA_LOG_WARN;

@@ -45,6 +45,7 @@ static void e2e_start_on(e2e *t, uint32_t max_message_mb, ga_backend backend)
 {
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     cfg.backend = backend;
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);

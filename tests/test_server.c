@@ -48,6 +48,7 @@ static ga_server *start_server(uint32_t grace_ms)
 {
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     cfg.shutdown_grace_ms = grace_ms;
@@ -201,6 +202,7 @@ static void test_port_in_use(void **state)
     ga_server *a = start_server(5000);
     ga_config cfg;
     ga_config_defaults(&cfg);
+    cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:%d", ga_server_port(a));
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
     static int sentinel;
@@ -450,7 +452,8 @@ static void test_binary_sigterm_exits_0(void **state)
     (void)state;
     char dir_flag[128];
     snprintf(dir_flag, sizeof dir_flag, "--data-dir=%s", data_dir);
-    const char *args[] = {"--listen", "127.0.0.1:0", dir_flag, "--drain-delay-ms=200", NULL};
+    const char *args[] = {"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", dir_flag, "--drain-delay-ms=200",
+                          NULL};
     child c = spawn(args);
     char line[256];
     read_line(&c, line, sizeof line, TIMEOUT_MS);
@@ -461,6 +464,11 @@ static void test_binary_sigterm_exits_0(void **state)
         fail_msg("no listening line, got '%s'", line);
     }
     assert_true(port > 0 && port < 65536);
+    /* The second line names the admin port (scripts read the first one unchanged). */
+    read_line(&c, line, sizeof line, TIMEOUT_MS);
+    int admin_port = 0;
+    assert_int_equal(sscanf(line, "gradagg-server: admin on 127.0.0.1:%d", &admin_port), 1);
+    assert_true(admin_port > 0 && admin_port < 65536 && admin_port != port);
 
     ga_channel *ch = connect_to(port);
     Gradagg__V1__JobConfig jc = GRADAGG__V1__JOB_CONFIG__INIT;

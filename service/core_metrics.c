@@ -1,0 +1,130 @@
+/* The core's metric families (core.h, docs/metrics.md), read at scrape time straight from the
+ * jobs: the admin server scrapes on the loop thread, which owns this state, so nothing is copied
+ * or locked. */
+#include <stddef.h>
+#include <time.h>
+
+#include "core_internal.h"
+
+/* Per-job uint64 fields, one family each: adding one is a row. */
+static const struct job_family {
+    const char *name, *type, *help;
+    size_t field; /* offsetof(ga_job, a uint64_t field) */
+} job_families[] = {
+    {"gradagg_version", "gauge", "Published parameter version of the job.", offsetof(ga_job, version)},
+    {"gradagg_steps_total", "counter", "Versions published (sync steps closed, async commits applied).",
+     offsetof(ga_job, steps)},
+    {"gradagg_deadline_closes_total", "counter", "Sync steps closed by the straggler deadline.",
+     offsetof(ga_job, deadline_closes)},
+    {"gradagg_stragglers_total", "counter", "Ranks missing from steps closed at the deadline.",
+     offsetof(ga_job, stragglers)},
+    {"gradagg_late_pushes_total", "counter", "Pushes refused because their step had closed.",
+     offsetof(ga_job, late_pushes)},
+    {"gradagg_duplicate_pushes_total", "counter", "Retried pushes acknowledged again and counted once.",
+     offsetof(ga_job, duplicate_pushes)},
+    {"gradagg_checkpoints_total", "counter", "Checkpoints written.", offsetof(ga_job, ckpt_count)},
+    {"gradagg_checkpoint_failures_total", "counter", "Checkpoint writes that failed (the previous one was kept).",
+     offsetof(ga_job, ckpt_failures)},
+};
+
+static uint64_t field_u64(const ga_job *job, size_t off)
+{
+    return *(const uint64_t *)(const void *)((const char *)job + off);
+}
+
+typedef enum worker_state { W_ACTIVE, W_IDLE, W_LEFT, W_ABSENT, W_STATES } worker_state;
+static const char *const state_names[W_STATES] = {"active", "idle", "left", "absent"};
+
+/* The lease is the same one Join uses to decide whether a rank is still held. */
+static worker_state member_state(const ga_core *c, const ga_member *m, uint64_t now)
+{
+    if (m->incarnation == 0) return W_ABSENT;
+    if (m->left) return W_LEFT;
+    if (m->pulls_waiting > 0 || now - m->active_ms < c->opt.member_lease_ms) return W_ACTIVE;
+    return W_IDLE;
+}
+
+static void write_workers(const ga_core *c, ga_metrics_text *t)
+{
+    ga_metrics_family(t, "gradagg_workers", "gauge",
+                      "Ranks by state: active, idle (lease lapsed), left, absent (never joined).");
+    uint64_t now = uv_now(c->loop);
+    for (size_t i = 0; i < c->njobs; i++) {
+        const ga_job *job = c->jobs[i];
+        uint64_t n[W_STATES] = {0};
+        for (uint32_t r = 0; r < job->world; r++) n[member_state(c, &job->members[r], now)]++;
+        for (int s = 0; s < W_STATES; s++) {
+            ga_label l[2] = {{"job", job->name}, {"state", state_names[s]}};
+            ga_metrics_u64(t, "gradagg_workers", l, 2, n[s]);
+        }
+    }
+}
+
+/* Only codecs a job has received: a series appears with its first committed push. */
+static void write_received(const ga_core *c, ga_metrics_text *t, const char *name, const char *help, bool fp32)
+{
+    ga_metrics_family(t, name, "counter", help);
+    for (size_t i = 0; i < c->njobs; i++) {
+        const ga_job *job = c->jobs[i];
+        for (int k = 0; k < GA_CODEC_COUNT; k++) {
+            if (!job->received_fp32[k]) continue;
+            ga_label l[2] = {{"job", job->name}, {"codec", ga_codec_name((ga_codec_id)k)}};
+            ga_metrics_u64(t, name, l, 2, fp32 ? job->received_fp32[k] : job->received_bytes[k]);
+        }
+    }
+}
+
+static void write_checkpoint_gauges(const ga_core *c, ga_metrics_text *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    ga_metrics_family(t, "gradagg_checkpoint_age_seconds", "gauge", "Seconds since the newest checkpoint was written.");
+    for (size_t i = 0; i < c->njobs; i++) {
+        const ga_job *job = c->jobs[i];
+        if (!job->ckpt_unix_ms) continue;
+        ga_label l = {"job", job->name};
+        uint64_t age = now_ms > job->ckpt_unix_ms ? now_ms - job->ckpt_unix_ms : 0;
+        ga_metrics_double(t, "gradagg_checkpoint_age_seconds", &l, 1, (double)age / 1000.0);
+    }
+    ga_metrics_family(t, "gradagg_checkpoint_duration_seconds", "gauge",
+                      "How long the newest checkpoint took to write.");
+    for (size_t i = 0; i < c->njobs; i++) {
+        const ga_job *job = c->jobs[i];
+        if (!job->ckpt_unix_ms) continue;
+        ga_label l = {"job", job->name};
+        ga_metrics_double(t, "gradagg_checkpoint_duration_seconds", &l, 1, job->ckpt_seconds);
+    }
+}
+
+void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
+{
+    ga_metrics_family(t, "gradagg_jobs", "gauge", "Jobs on this server.");
+    ga_metrics_u64(t, "gradagg_jobs", NULL, 0, c->njobs);
+    for (size_t f = 0; f < sizeof job_families / sizeof job_families[0]; f++) {
+        const struct job_family *jf = &job_families[f];
+        ga_metrics_family(t, jf->name, jf->type, jf->help);
+        for (size_t i = 0; i < c->njobs; i++) {
+            ga_label l = {"job", c->jobs[i]->name};
+            ga_metrics_u64(t, jf->name, &l, 1, field_u64(c->jobs[i], jf->field));
+        }
+    }
+    ga_metrics_family(t, "gradagg_step_duration_seconds", "histogram",
+                      "A sync step's first commit to the publication of its version.");
+    for (size_t i = 0; i < c->njobs; i++) {
+        if (c->jobs[i]->async) continue;
+        ga_label l = {"job", c->jobs[i]->name};
+        ga_metrics_histogram(t, "gradagg_step_duration_seconds", &l, 1, &c->jobs[i]->step_seconds);
+    }
+    write_received(c, t, "gradagg_received_bytes_total",
+                   "Payload bytes of committed pushes as they came on the wire, by codec.", false);
+    write_received(c, t, "gradagg_received_fp32_bytes_total",
+                   "The same pushes as fp32 (4 bytes per element): received / fp32 = compression.", true);
+    write_workers(c, t);
+    write_checkpoint_gauges(c, t);
+    ga_metrics_family(t, "gradagg_held_bytes", "gauge", "Push payloads buffered by open steps and queued tasks, all jobs.");
+    ga_metrics_u64(t, "gradagg_held_bytes", NULL, 0, c->held_bytes);
+    ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
+                      "Checkpoints skipped at start-up because they did not verify (an older one was used).");
+    ga_metrics_u64(t, "gradagg_checkpoints_corrupt_total", NULL, 0, c->corrupt_checkpoints);
+}
