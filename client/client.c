@@ -208,6 +208,16 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     if (o->backoff_max_ms < o->backoff_ms)
         BAD(GA_E_CONFIG, "options: backoff_max_ms %u below backoff_ms %u", o->backoff_max_ms, o->backoff_ms);
     if (o->threads < 0) BAD(GA_E_CONFIG, "options: threads %d < 0", o->threads);
+    if (o->auth_token && o->auth_token[0]) {
+        size_t n = strlen(o->auth_token);
+        for (size_t i = 0; i < n; i++) {
+            /* Never echo the token: say where the bad byte is. */
+            unsigned char ch = (unsigned char)o->auth_token[i];
+            if (ch <= 0x20 || ch >= 0x7f)
+                BAD(GA_E_CONFIG, "options: auth_token byte %zu is 0x%02x; expected printable ASCII without spaces", i,
+                    ch);
+        }
+    }
     return GA_OK;
 #undef BAD
 }
@@ -265,6 +275,29 @@ static size_t message_limit(size_t chunk_bytes)
     return lim < ((size_t)64 << 20) ? (size_t)64 << 20 : lim;
 }
 
+/* A memset the compiler may not drop as a dead store. */
+static void wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    while (n--) *v++ = 0;
+}
+
+/* TLS and the token: the paths are read now, so the client keeps none of them. */
+static ga_status open_channel(ga_client *c, const ga_client_options *opt)
+{
+    char authz[16 + 4096];
+    bool token = opt->auth_token && opt->auth_token[0];
+    if (token && (size_t)snprintf(authz, sizeof authz, "Bearer %s", opt->auth_token) >= sizeof authz)
+        return ga_client_fail(c, GA_E_CONFIG, "options: auth_token longer than %zu characters", sizeof authz - 8);
+    ga_channel_security sec = {opt->tls_ca_file, opt->tls_cert_file, opt->tls_key_file, opt->tls_target_name,
+                               token ? authz : NULL};
+    char why[sizeof c->err - 64];
+    ga_status st = ga_channel_create_secure(c->server, message_limit(opt->chunk_bytes), &sec, &c->ch, why, sizeof why);
+    if (token) wipe(authz, sizeof authz);
+    if (st != GA_OK) return ga_client_fail(c, st, "channel to %s: %s", c->server, why);
+    return GA_OK;
+}
+
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap)
 {
     if (out) *out = NULL;
@@ -288,11 +321,10 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->ex.max_threads = opt->threads;
     c->incarnation = opt->incarnation ? opt->incarnation : new_incarnation();
 
-    st = ga_channel_create(c->server, message_limit(opt->chunk_bytes), &c->ch);
-    if (st != GA_OK) {
-        ga_client_fail(c, st, "channel to %s: %s", c->server, ga_strerror(st));
-        goto fail;
-    }
+    st = open_channel(c, opt);
+    c->opt.tls_ca_file = c->opt.tls_cert_file = c->opt.tls_key_file = c->opt.tls_target_name = NULL;
+    c->opt.auth_token = NULL; /* borrowed by create only; the channel holds its own copy */
+    if (st != GA_OK) goto fail;
     Gradagg__V1__JoinResponse *resp = NULL;
     char why[256];
     st = ga_client_retry(c, join_attempt, &resp, why, sizeof why);

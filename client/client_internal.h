@@ -40,7 +40,8 @@ typedef struct ga_tensor {
 } ga_tensor;
 
 struct ga_client {
-    ga_client_options opt; /* server and job point at owned copies */
+    ga_client_options opt; /* server and job point at owned copies; the TLS paths and the
+                              token are NULL (create reads them into the channel) */
     char *server, *job;
     ga_channel *ch;
     ga_exec ex;

@@ -5,7 +5,8 @@
  * every gradient with the tensor's codec (the error-feedback residual lives here, in the SDK),
  * streams the chunks to the server, waits for the new parameter version and writes it into the
  * caller's buffers. UNAVAILABLE is retried with exponential backoff; a retried push is counted
- * once by the server. Errors are ga_status values (ga_status.h) with a message from
+ * once by the server. UNAUTHENTICATED and PERMISSION_DENIED (a missing or wrong token) are not
+ * retried; a failed TLS handshake looks like UNAVAILABLE. Errors are ga_status values (ga_status.h) with a message from
  * ga_client_error.
  *
  * Threads: a client is used by one thread at a time; different clients are independent. */
@@ -54,12 +55,23 @@ typedef struct ga_client_options {
     uint32_t backoff_ms;       /* first retry delay; doubles up to backoff_max_ms */
     uint32_t backoff_max_ms;
     int threads;               /* encode/decode threads; 0 = all */
+    /* Security (docs/protocol.md, "Security"). The PEM files are read and checked at create
+     * (a missing or invalid one fails it with a message); the token is copied. */
+    const char *tls_ca_file;     /* PEM roots the server's certificate must chain to; NULL = plaintext */
+    const char *tls_cert_file;   /* client certificate chain (PEM) for mutual TLS; NULL = none */
+    const char *tls_key_file;    /* its private key (PEM, unencrypted); with tls_cert_file */
+    const char *tls_target_name; /* name checked against the server's certificate instead of the
+                                    host of `server` (a certificate for "gradagg.internal" reached
+                                    by address); NULL = that host */
+    const char *auth_token;      /* the job's bearer token, sent as "authorization: Bearer <token>"
+                                    with every call; NULL = none */
 } ga_client_options;
 
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
-     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0}
+     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
+     NULL, NULL, NULL, NULL, NULL}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). */
 typedef struct ga_dgc_options {
@@ -92,7 +104,8 @@ typedef struct ga_client_stats {
 } ga_client_stats;
 
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for
- * bad options, the server's statuses (GA_E_JOB_CONFIG, GA_E_RANK, GA_E_RANK_HELD, ...),
+ * bad options (also a TLS file that is not valid PEM of its kind), GA_E_IO (a TLS file cannot be
+ * read), GA_E_UNAUTHENTICATED / GA_E_PERMISSION_DENIED (the token), the server's statuses (GA_E_JOB_CONFIG, GA_E_RANK, GA_E_RANK_HELD, ...),
  * GA_E_UNAVAILABLE after the retries. On error *out is NULL and, when msg != NULL, a message is
  * written to msg[0..msg_cap). */
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap);

@@ -16,10 +16,13 @@
 #include <time.h>
 
 #include "ga_alloc.h"
+#include "ga_pem.h"
 #include "ga_wire.h"
 
 struct ga_channel {
     grpc_channel *ch;
+    bool has_auth;
+    grpc_slice auth; /* the "authorization" value every call sends (gRPC refs it per call) */
 };
 
 struct ga_stream {
@@ -31,6 +34,7 @@ struct ga_stream {
     grpc_status_code code;
     grpc_slice details;
     bool status_done; /* the status batch was plucked: code, details and trailing_md are set */
+    grpc_metadata md; /* the authorization entry sent at open, when the channel has one */
     atomic_long lent; /* payloads gRPC has not released yet */
 };
 
@@ -41,27 +45,96 @@ struct ga_stream {
 
 static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
+/* A metadata value travels as an HTTP/2 header: printable ASCII only. */
+static bool header_value(const char *v)
+{
+    for (; *v; v++)
+        if ((unsigned char)*v < 0x20 || (unsigned char)*v > 0x7e) return false;
+    return true;
+}
+
+/* PEM text of the roots and the optional client pair -> TLS credentials; NULL + why on error. */
+static ga_status tls_credentials(const ga_channel_security *sec, grpc_channel_credentials **out, char *why, size_t cap)
+{
+    bool has_cert = sec->cert_file && sec->cert_file[0], has_key = sec->key_file && sec->key_file[0];
+    if (has_cert != has_key)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "tls_cert_file and tls_key_file go together: set both or neither");
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    ga_status st;
+    GA_CHECK_GOTO(ga_pem_load(sec->ca_file, GA_PEM_CERTS, "tls_ca_file", &ca, why, cap), st, done);
+    if (has_cert) {
+        GA_CHECK_GOTO(ga_pem_load(sec->cert_file, GA_PEM_CERTS, "tls_cert_file", &cert, why, cap), st, done);
+        GA_CHECK_GOTO(ga_pem_load(sec->key_file, GA_PEM_KEY, "tls_key_file", &key, why, cap), st, done);
+        GA_CHECK_GOTO(ga_pem_check_pair(cert, key, "tls_cert_file", sec->cert_file, "tls_key_file", sec->key_file, why,
+                                        cap),
+                      st, done);
+    }
+    /* gRPC copies the PEM text. */
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    *out = grpc_ssl_credentials_create(ca, has_cert ? &pair : NULL, NULL, NULL);
+    if (!*out) st = ga_status_fail(GA_E_CONFIG, why, cap, "gRPC refused the TLS settings");
+done:
+    ga_pem_free(ca);
+    ga_pem_free(cert);
+    ga_pem_free(key);
+    return st;
+}
+
 ga_status ga_channel_create(const char *target, size_t max_message_bytes, ga_channel **out)
 {
-    if (!target || !out || max_message_bytes == 0) return GA_E_INVAL;
-    ga_channel *c = ga_calloc(1, sizeof *c);
-    if (!c) return GA_E_NOMEM;
+    return ga_channel_create_secure(target, max_message_bytes, NULL, out, NULL, 0);
+}
+
+ga_status ga_channel_create_secure(const char *target, size_t max_message_bytes, const ga_channel_security *sec,
+                                   ga_channel **out, char *why, size_t cap)
+{
+    if (!target || !out || max_message_bytes == 0)
+        return ga_status_fail(GA_E_INVAL, why, cap, "channel: no target, no output or a zero message limit");
+    static const ga_channel_security plain = {NULL, NULL, NULL, NULL, NULL};
+    if (!sec) sec = &plain;
+    bool tls = sec->ca_file && sec->ca_file[0];
+    if (!tls && ((sec->cert_file && sec->cert_file[0]) || (sec->key_file && sec->key_file[0])))
+        return ga_status_fail(GA_E_CONFIG, why, cap,
+                              "tls_cert_file and tls_key_file need tls_ca_file: a client certificate is only sent "
+                              "over TLS");
+    bool has_auth = sec->authorization && sec->authorization[0];
+    if (has_auth && !header_value(sec->authorization))
+        return ga_status_fail(GA_E_CONFIG, why, cap, "the token holds a byte outside printable ASCII");
     grpc_init();
+    grpc_channel_credentials *creds = NULL;
+    ga_status st = GA_OK;
+    if (tls) st = tls_credentials(sec, &creds, why, cap);
+    else creds = grpc_insecure_credentials_create();
+    if (st != GA_OK) {
+        grpc_shutdown();
+        return st;
+    }
+    ga_channel *c = ga_calloc(1, sizeof *c);
+    if (!c) {
+        grpc_channel_credentials_release(creds);
+        grpc_shutdown();
+        return ga_status_fail(GA_E_NOMEM, why, cap, "channel: out of memory");
+    }
     /* The limits on both sides (trap 5); no transparent retries: they would hold lent payloads
      * and the SDK decides itself what to resend. */
     grpc_arg args[] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = clamp_int(max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = clamp_int(max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_RETRIES, {.integer = 0}},
+        {GRPC_ARG_STRING, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, {.string = (char *)sec->target_name}},
     };
-    grpc_channel_args chargs = {sizeof args / sizeof args[0], args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    bool override = tls && sec->target_name && sec->target_name[0];
+    grpc_channel_args chargs = {sizeof args / sizeof args[0] - (override ? 0 : 1), args};
     c->ch = grpc_channel_create(target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {
         grpc_shutdown();
         ga_free(c);
-        return GA_E_INVAL;
+        return ga_status_fail(GA_E_INVAL, why, cap, "channel: gRPC refused target '%s'", target);
+    }
+    if (has_auth) {
+        c->auth = grpc_slice_from_copied_string(sec->authorization);
+        c->has_auth = true;
     }
     *out = c;
     return GA_OK;
@@ -71,6 +144,7 @@ void ga_channel_destroy(ga_channel *ch)
 {
     if (!ch) return;
     grpc_channel_destroy(ch->ch);
+    if (ch->has_auth) grpc_slice_unref(ch->auth);
     grpc_shutdown();
     ga_free(ch);
 }
@@ -154,6 +228,12 @@ ga_status ga_stream_open(ga_channel *ch, ga_method_id m, uint32_t timeout_ms, ga
     grpc_op ops[3];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (ch->has_auth) {
+        s->md.key = grpc_slice_from_static_string("authorization");
+        s->md.value = ch->auth;
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = &s->md;
+    }
     ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[1].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
     ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;

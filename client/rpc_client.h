@@ -17,6 +17,25 @@ typedef struct ga_stream ga_stream;
 /* An insecure channel to target ("127.0.0.1:7070") with send/receive limits of
  * max_message_bytes. Returns owned (ga_channel_destroy). */
 ga_status ga_channel_create(const char *target, size_t max_message_bytes, ga_channel **out);
+
+/* How a channel authenticates. Paths and strings are borrowed for the create call only. */
+typedef struct ga_channel_security {
+    const char *ca_file;       /* PEM roots the server's certificate must chain to; NULL/"" = plaintext */
+    const char *cert_file;     /* client certificate chain (PEM) for mutual TLS; NULL = none */
+    const char *key_file;      /* its private key (PEM); with cert_file */
+    const char *target_name;   /* name checked against the server's certificate instead of the
+                                  target's host; NULL = the host */
+    const char *authorization; /* value of the "authorization" metadata sent with every call
+                                  ("Bearer <token>"; tests send malformed ones); NULL = none */
+} ga_channel_security;
+
+/* ga_channel_create with TLS (ca_file set) and/or an authorization value. The PEM files are read
+ * and checked here (ga_pem.h). Errors, with a message in why[0..cap): GA_E_IO (a file cannot be
+ * read), GA_E_CONFIG (not PEM of its kind; a key that is not the certificate's; cert_file
+ * without key_file or either without ca_file; an authorization value with a byte outside
+ * printable ASCII), GA_E_INVAL, GA_E_NOMEM. */
+ga_status ga_channel_create_secure(const char *target, size_t max_message_bytes, const ga_channel_security *sec,
+                                   ga_channel **out, char *why, size_t cap);
 void ga_channel_destroy(ga_channel *ch); /* NULL is a no-op; after every stream is destroyed */
 
 /* A unary call. On GA_OK *resp is owned (protobuf_c_message_free_unpacked with

@@ -54,7 +54,9 @@ extern "C" {
     X(E_TRANSPORT, -39, "transport error")                                                \
     X(E_CONFIG, -40, "invalid configuration")                                             \
     X(E_IO, -41, "I/O error")                                                             \
-    X(E_UNKNOWN_SERVICE, -42, "no such service")
+    X(E_UNKNOWN_SERVICE, -42, "no such service")                                   \
+    X(E_UNAUTHENTICATED, -43, "missing or malformed credentials")                      \
+    X(E_PERMISSION_DENIED, -44, "credentials do not allow this job")
 
 typedef enum ga_status {
 #define GA_STATUS_ENUM(name, value, msg) GA_##name = value,

@@ -44,6 +44,9 @@ grpc_status_code ga_wire_grpc_code(ga_status st)
     case GA_E_BACKEND: return GRPC_STATUS_INTERNAL;
     case GA_E_IO: return GRPC_STATUS_INTERNAL;
     case GA_E_UNKNOWN_SERVICE: return GRPC_STATUS_NOT_FOUND;
+    /* who the caller is, and what it may touch */
+    case GA_E_UNAUTHENTICATED: return GRPC_STATUS_UNAUTHENTICATED;
+    case GA_E_PERMISSION_DENIED: return GRPC_STATUS_PERMISSION_DENIED;
     /* job state */
     case GA_E_UNIMPLEMENTED: return GRPC_STATUS_UNIMPLEMENTED;
     case GA_E_UNKNOWN_JOB: return GRPC_STATUS_NOT_FOUND;
@@ -78,6 +81,8 @@ static ga_status status_for_code(grpc_status_code code)
     case GRPC_STATUS_RESOURCE_EXHAUSTED: return GA_E_LIMIT; /* e.g. a message over the limit */
     case GRPC_STATUS_UNIMPLEMENTED: return GA_E_UNIMPLEMENTED;
     case GRPC_STATUS_UNAVAILABLE: return GA_E_UNAVAILABLE;
+    case GRPC_STATUS_UNAUTHENTICATED: return GA_E_UNAUTHENTICATED;
+    case GRPC_STATUS_PERMISSION_DENIED: return GA_E_PERMISSION_DENIED;
     default: return GA_E_TRANSPORT;
     }
 }

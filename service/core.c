@@ -23,7 +23,7 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     if (opt->version < known) return GA_E_CONFIG;
     memcpy(&o, opt, opt->version < sizeof o ? opt->version : sizeof o);
     o.version = sizeof o;
-    if (o.max_jobs == 0 || o.max_tensors == 0 || o.threads < 0 || o.pull_chunk_bytes < 4 * GA_STORE_PIECE_ALIGN ||
+    if (o.max_jobs == 0 || o.max_tensors == 0 || o.max_elements == 0 || o.threads < 0 || o.pull_chunk_bytes < 4 * GA_STORE_PIECE_ALIGN ||
         o.pull_chunk_bytes > ((size_t)1 << 30))
         return GA_E_CONFIG;
     ga_exec ex = {o.backend, 0, GA_SIMD_AUTO, NULL};

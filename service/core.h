@@ -32,6 +32,7 @@ typedef struct ga_core_options {
      * rank against a Join with another incarnation (GA_E_RANK_HELD); after it, or once the
      * holder left, the new incarnation replaces it and the old one's calls get GA_E_STALE. */
     uint32_t member_lease_ms;
+    uint64_t max_elements;      /* parameters per job, all its tensors together */
     /* Persistence (core_persist.c). data_dir NULL: none (unit tests). Else every job lives in
      * <data_dir>/job-<name>-<hash>/: a journal of everything acknowledged, and checkpoints every
      * checkpoint_steps versions or checkpoint_seconds (0 = not by that), of which the newest
@@ -41,8 +42,8 @@ typedef struct ga_core_options {
     ga_journal_sync journal_sync;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
-    {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, NULL, 100, 300, 3, \
-     GA_JOURNAL_SYNC_STEP}
+    {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
+     100, 300, 3, GA_JOURNAL_SYNC_STEP}
 
 /* Borrows loop (must outlive the core). Errors: GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE,
  * GA_E_NOMEM. */

@@ -202,6 +202,15 @@ static ga_status check_init(ga_core *c, ga_job *job, init_task *it, bool *pendin
                  job->ntensors + it->count, c->opt.max_tensors);
         return GA_E_LIMIT;
     }
+    uint64_t held = 0;
+    for (size_t t = 0; t < job->ntensors; t++) held += job->tensors[t].elements;
+    if (new_elements > c->opt.max_elements || held > c->opt.max_elements - new_elements) {
+        snprintf(why, GA_WHY_CAP,
+                 "job '%s' would hold %" PRIu64 " elements (%" PRIu64 " now + %" PRIu64 " in %zu new tensors), over "
+                 "the limit of %" PRIu64 " (max_elements)",
+                 job->name, held + new_elements, held, new_elements, it->count, c->opt.max_elements);
+        return GA_E_LIMIT;
+    }
     uint64_t per = ga_job_bytes_per_element(job), now = ga_core_bytes(c), max = c->opt.max_memory_bytes;
     uint64_t need = new_elements > UINT64_MAX / per ? UINT64_MAX : new_elements * per;
     if (need > max || now > max - need) {

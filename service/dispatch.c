@@ -3,8 +3,10 @@
  * finished here with the reason. */
 #include "dispatch.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
+#include "auth.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
@@ -15,6 +17,7 @@ struct ga_dispatch {
     ga_core *core;
     ga_health *health;
     size_t max_stream_bytes;
+    const ga_auth *auth; /* NULL: no tokens */
 };
 
 /* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
@@ -83,12 +86,52 @@ static void run_cancel(void *arg)
 
 /* ---- on completion-queue threads ---- */
 
+/* Whether a method names a job, and which one this request or chunk names. Health names none:
+ * probes carry no token. */
+static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **job)
+{
+    switch (m) {
+    case GA_METHOD_JOIN: *job = ((const Gradagg__V1__JoinRequest *)msg)->job; return true;
+    case GA_METHOD_LEAVE: *job = ((const Gradagg__V1__LeaveRequest *)msg)->job; return true;
+    case GA_METHOD_INIT: *job = ((const Gradagg__V1__InitChunk *)msg)->job; return true;
+    case GA_METHOD_PUSH: *job = ((const Gradagg__V1__PushChunk *)msg)->job; return true;
+    case GA_METHOD_PULL: *job = ((const Gradagg__V1__PullRequest *)msg)->job; return true;
+    case GA_METHOD_STATUS: *job = ((const Gradagg__V1__StatusRequest *)msg)->job; return true;
+    case GA_METHOD_HEALTH_CHECK:
+    case GA_METHOD_HEALTH_WATCH:
+    case GA_METHODS: break;
+    }
+    return false;
+}
+
+/* The bearer token check (auth.h). Stateless: runs before anything is posted, so a refused call
+ * changes nothing. The message names the job and the peer, never the token. */
+static ga_status authorize(const ga_dispatch *d, ga_call *call, ga_method_id m, const ProtobufCMessage *msg,
+                           char *why, size_t cap)
+{
+    const char *job = NULL;
+    if (!d->auth || !names_job(m, msg, &job)) return GA_OK;
+    const char *value;
+    size_t len;
+    size_t n = ga_call_metadata(call, GA_AUTH_METADATA_KEY, &value, &len);
+    ga_status st = ga_auth_check(d->auth, job, value, len, n, why, cap);
+    if (st != GA_OK) ga_log(GA_LOG_WARN, "%s from %s refused: %s", ga_methods[m].name, ga_call_peer(call), why);
+    return st;
+}
+
 static void on_request(void *ctx, ga_call *call, ga_method_id method, ProtobufCMessage *msg)
 {
     if (method >= GA_METHODS || ga_methods[method].kind == GA_RPC_CLIENT_STREAM) {
         /* run_request reads a client stream's payload as a bundle, never as a message. */
         protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
         ga_call_finish(call, NULL, GA_E_UNIMPLEMENTED, NULL);
+        return;
+    }
+    char why[256];
+    ga_status st = authorize(ctx, call, method, msg, why, sizeof why);
+    if (st != GA_OK) {
+        protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+        ga_call_finish(call, NULL, st, "%s", why);
         return;
     }
     post(ctx, call, method, msg, run_request);
@@ -98,7 +141,14 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
                                    void **stream, char *why, size_t why_cap)
 {
     ga_dispatch *d = ctx;
-    (void)call;
+    /* Later chunks must name the first one's job (bundle.c), so the first one decides. */
+    if (!*stream) {
+        ga_status st = authorize(d, call, method, msg, why, why_cap);
+        if (st != GA_OK) {
+            protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+            return st;
+        }
+    }
     switch (method) {
     case GA_METHOD_PUSH:
         return ga_push_add((ga_push **)stream, (Gradagg__V1__PushChunk *)msg, d->max_stream_bytes, why, why_cap);
@@ -162,6 +212,11 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
     d->max_stream_bytes = max_stream_bytes;
     *out = d;
     return GA_OK;
+}
+
+void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth)
+{
+    d->auth = auth;
 }
 
 const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d)

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "auth.h"
 #include "core.h"
 #include "health.h"
 #include "loop.h"
@@ -18,6 +19,13 @@ typedef struct ga_dispatch ga_dispatch;
  * max_stream_bytes bounds the payload of one Push or InitTensors stream. Returns owned. */
 ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
                              ga_dispatch **out);
+/* Every call that names a job (Join, Leave, InitTensors, Push, Pull, Status) must then carry
+ * that job's bearer token (auth.h), checked here on the completion-queue thread before anything
+ * reaches the loop (streams: at their first chunk; later chunks must name the same job). A
+ * refused call is finished with GA_E_UNAUTHENTICATED or GA_E_PERMISSION_DENIED and changes
+ * nothing. Health needs none. auth is borrowed (outlives d); NULL = no tokens. Before the
+ * transport starts. */
+void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth);
 /* The handler table to give ga_rpc_server_start; valid while d lives. */
 const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d);
 /* After the transport that used it is destroyed. NULL is a no-op. */

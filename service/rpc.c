@@ -72,10 +72,24 @@ static void stop_queues(ga_rpc_server *s)
 
 static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
+/* Plaintext, TLS, or mutual TLS (the client's certificate must chain to the client CA: a
+ * client without one, or with another CA's, fails the handshake before any call exists). */
+static grpc_server_credentials *server_credentials(const ga_rpc_options *opt)
+{
+    if (!opt->tls_cert_pem) return grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {opt->tls_key_pem, opt->tls_cert_pem};
+    grpc_ssl_client_certificate_request_type req = opt->tls_client_ca_pem
+                                                       ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                       : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
+    return grpc_ssl_server_credentials_create_ex(opt->tls_client_ca_pem, &pair, 1, req, NULL);
+}
+
 ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *handlers,
                               ga_rpc_server **out, int *port)
 {
     if (!opt || !handlers || !out || !opt->listen || opt->threads < 1 || opt->max_message_bytes == 0)
+        return GA_E_CONFIG;
+    if (!opt->tls_cert_pem != !opt->tls_key_pem || (opt->tls_client_ca_pem && !opt->tls_cert_pem))
         return GA_E_CONFIG;
     if (!handlers->on_request || !handlers->on_stream_message || !handlers->on_stream_end ||
         !handlers->on_stream_abort)
@@ -121,7 +135,7 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
     }
     int bound = 0;
     if (rc == GA_OK) {
-        grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+        grpc_server_credentials *creds = server_credentials(opt);
         bound = grpc_server_add_http2_port(s->server, opt->listen, creds);
         grpc_server_credentials_release(creds);
         if (bound == 0) rc = GA_E_IO; /* cannot bind, or the port is taken */

@@ -47,13 +47,19 @@ typedef struct ga_rpc_options {
     const char *listen;          /* "127.0.0.1:0", "0.0.0.0:7070" */
     int threads;                 /* completion-queue threads, >= 1 */
     size_t max_message_bytes;    /* receive and send limit per message */
-    /* TLS and auth arrive with the operations issue; NULL here = insecure. */
+    /* TLS: PEM text (not paths; borrowed until ga_rpc_server_start returns, gRPC keeps copies).
+     * tls_cert_pem NULL = plaintext; with it tls_key_pem is required. tls_client_ca_pem set =
+     * mutual TLS: a client must present a certificate that chains to it, else the handshake
+     * fails and no call arrives. */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
+    const char *tls_client_ca_pem;
 } ga_rpc_options;
-#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20}
+#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, NULL, NULL, NULL}
 
 /* Binds, starts the threads and begins accepting. *port = the bound port. Borrows handlers
  * (must outlive the server). Errors: GA_E_IO (cannot bind, or the port is in use: reuseport is
- * off), GA_E_CONFIG, GA_E_NOMEM. */
+ * off; with TLS, also a certificate or key gRPC refuses), GA_E_CONFIG, GA_E_NOMEM. */
 ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *handlers,
                               ga_rpc_server **out, int *port);
 /* Stops accepting new calls and lets calls in flight finish: `done(arg)` runs on a
@@ -78,5 +84,9 @@ void ga_call_finish(ga_call *call, const ProtobufCMessage *resp, ga_status st, c
     __attribute__((format(printf, 4, 5)));
 /* The peer address ("ipv4:127.0.0.1:5432"), for logs; valid until the call is finished. */
 const char *ga_call_peer(const ga_call *call);
+/* The request's metadata entries named `key` (lower case): returns how many there are, and
+ * the first one's value in *value (not NUL-terminated) and *len (NULL and 0 when none). Valid
+ * until the call is finished. The call's completion-queue thread, or its handler. */
+size_t ga_call_metadata(const ga_call *call, const char *key, const char **value, size_t *len);
 
 #endif

@@ -391,3 +391,20 @@ const char *ga_call_peer(const ga_call *c)
 {
     return c && c->peer ? c->peer : "";
 }
+
+size_t ga_call_metadata(const ga_call *c, const char *key, const char **value, size_t *len)
+{
+    *value = NULL;
+    *len = 0;
+    if (!c || !key) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < c->request_md.count; i++) {
+        const grpc_metadata *md = &c->request_md.metadata[i];
+        if (grpc_slice_str_cmp(md->key, key) != 0) continue;
+        if (n++ == 0) {
+            *value = (const char *)GRPC_SLICE_START_PTR(md->value);
+            *len = GRPC_SLICE_LENGTH(md->value);
+        }
+    }
+    return n;
+}

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "loop.h"
 #include "rpc.h"
+#include "security.h"
 
 typedef enum phase {
     P_RUNNING,
@@ -26,6 +27,7 @@ typedef enum phase {
 
 struct ga_server {
     ga_config cfg;
+    ga_security sec; /* read before the loop starts; the PEMs dropped once the transport has them */
     ga_loop *loop;
     uv_thread_t thread;
     bool joined;
@@ -241,6 +243,7 @@ static void setup(void *arg)
     co.default_deadline_ms = c->deadline_ms;
     co.default_quorum = c->quorum;
     co.member_lease_ms = c->member_lease_ms;
+    co.max_elements = c->max_elements;
     co.data_dir = c->data_dir;
     co.checkpoint_steps = c->checkpoint_steps;
     co.checkpoint_seconds = c->checkpoint_seconds;
@@ -256,6 +259,7 @@ static void setup(void *arg)
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
     GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,
                   fail);
+    ga_dispatch_set_auth(s->dispatch, s->sec.auth);
     GA_CHECK_GOTO(open_handles(s), st, fail);
     GA_CHECK_GOTO(start_admin(s, &admin_port), st, fail);
 
@@ -263,6 +267,9 @@ static void setup(void *arg)
     ro.listen = c->listen;
     ro.threads = (int)c->cq_threads;
     ro.max_message_bytes = (size_t)c->max_message_mb << 20;
+    ro.tls_cert_pem = s->sec.cert_pem;
+    ro.tls_key_pem = s->sec.key_pem;
+    ro.tls_client_ca_pem = s->sec.client_ca_pem;
     GA_CHECK_GOTO(ga_rpc_server_start(&ro, ga_dispatch_handlers(s->dispatch), &s->rpc, &port), st, fail);
     /* Calls that arrived already wait behind this function in the loop's queue. */
     ga_health_set_all(s->health, GA_SERVING);
@@ -293,7 +300,7 @@ static void loop_main(void *arg)
 
 ga_status ga_server_start(const ga_config *cfg, ga_server **out)
 {
-    char why[GA_CONFIG_PATH_MAX + 128];
+    char why[2 * GA_CONFIG_PATH_MAX + 256]; /* a message may name two files */
     ga_status st = ga_config_make_data_dir(cfg, why, sizeof why);
     if (st != GA_OK) {
         ga_log(GA_LOG_ERROR, "%s", why);
@@ -303,6 +310,18 @@ ga_status ga_server_start(const ga_config *cfg, ga_server **out)
     ga_server *s = ga_calloc(1, sizeof *s);
     if (!s) return GA_E_NOMEM;
     s->cfg = *cfg;
+    st = ga_security_load(cfg, &s->sec, why, sizeof why);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "%s", why);
+        ga_free(s);
+        return st;
+    }
+    if (s->sec.cert_pem)
+        ga_log(GA_LOG_INFO, "security: TLS%s on %s", s->sec.client_ca_pem ? " with client certificates (mutual)" : "",
+               cfg->listen);
+    if (s->sec.auth)
+        ga_log(GA_LOG_INFO, "security: bearer tokens for %zu jobs; calls without their job's token are refused",
+               ga_auth_jobs(s->sec.auth));
     if (uv_mutex_init(&s->mu) != 0) goto fail_free;
     if (uv_cond_init(&s->cv) != 0) goto fail_mutex;
     st = ga_loop_create(&s->loop);
@@ -318,6 +337,7 @@ ga_status ga_server_start(const ga_config *cfg, ga_server **out)
     uv_mutex_lock(&s->mu);
     while (!s->setup_done) uv_cond_wait(&s->cv, &s->mu);
     uv_mutex_unlock(&s->mu);
+    ga_security_drop_pems(&s->sec);
     st = s->setup_status;
     if (st != GA_OK) {
         ga_log(GA_LOG_ERROR, "start: %s (%s)", ga_strerror(st), ga_status_name(st));
@@ -334,6 +354,7 @@ fail_cond:
 fail_mutex:
     uv_mutex_destroy(&s->mu);
 fail_free:
+    ga_security_free(&s->sec);
     ga_free(s);
     return st != GA_OK ? st : GA_E_NOMEM;
 }
@@ -371,5 +392,6 @@ void ga_server_destroy(ga_server *s)
     ga_loop_destroy(s->loop);
     uv_cond_destroy(&s->cv);
     uv_mutex_destroy(&s->mu);
+    ga_security_free(&s->sec); /* after the transport and dispatch that borrowed auth */
     ga_free(s);
 }

@@ -109,6 +109,16 @@ const char *ga_call_peer(const ga_call *call)
     return "fake:0";
 }
 
+size_t ga_call_metadata(const ga_call *call, const char *key, const char **value, size_t *len)
+{
+    *value = NULL;
+    *len = 0;
+    if (!call->authorization || strcmp(key, "authorization") != 0) return 0;
+    *value = call->authorization;
+    *len = strlen(call->authorization);
+    return 1;
+}
+
 ProtobufCMessage *fake_call_response(const ga_call *c, const ProtobufCMessageDescriptor *desc)
 {
     if (!c->resp) return NULL;

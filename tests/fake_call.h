@@ -1,5 +1,5 @@
-/* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_peer
- * (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
+/* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_peer /
+ * ga_call_metadata (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
  * field 15, as the transport sends it; the call takes the blob reference it is given and drops
  * it once copied), the final status and message, and any misuse (a send after the finish, a
  * second finish, a payload range outside its blob). */
@@ -28,6 +28,7 @@ struct ga_call {
     uint8_t *resp; /* the finish's response, packed; NULL when none */
     size_t resp_len;
     int misuse; /* sends after the finish, finishes after the first */
+    const char *authorization; /* the request's "authorization" metadata (borrowed); NULL = none */
 };
 
 ga_call *fake_call_new(void);
