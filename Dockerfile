@@ -8,9 +8,10 @@
 #   debootstrap --variant=minbase bookworm rootfs http://deb.debian.org/debian
 #   tar -C rootfs -c . | podman import - localhost/debian:bookworm
 #   podman build --build-arg BASE=localhost/debian:bookworm -t gradagg:0.1.0 .
-# CUDA image: CUDA=on, a builder image with nvcc (CUDA_BASE, a CUDA devel image) and a runtime image
-# of the same distribution (CUDA_RUNTIME_BASE). The CUDA runtime is linked statically; the driver's
-# libcuda comes from the NVIDIA container toolkit at run time. Offline, load both images first
+# CUDA image: CUDA=on, a builder image with nvcc at /usr/local/cuda (CUDA_BASE, a CUDA devel image)
+# and a runtime image of the same distribution (CUDA_RUNTIME_BASE; default BASE). The CUDA runtime
+# is linked statically (cudart_static), so the runtime image needs no CUDA library: the driver's
+# libcuda comes from the NVIDIA container toolkit at run time. Offline, load the images first
 # (podman load -i cuda-devel.tar; podman load -i cuda-base.tar), then:
 #   podman build --build-arg CUDA=on --build-arg BACKEND=cuda \
 #     --build-arg CUDA_BASE=nvidia/cuda:13.0.0-devel-ubuntu24.04 \
