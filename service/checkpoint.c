@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "byte_cursor.h"
 #include "crc32c.h"
 #include "fileio.h"
 #include "ga_alloc.h"
@@ -82,20 +83,7 @@ static void meta_encode(const ga_ckpt_meta *m, bytes *b)
     }
 }
 
-typedef struct cursor {
-    const uint8_t *p;
-    size_t left;
-} cursor;
-
-static bool take(cursor *c, void *dst, size_t n)
-{
-    if (c->left < n) return false;
-    memcpy(dst, c->p, n);
-    c->p += n, c->left -= n;
-    return true;
-}
-
-static char *take_string(cursor *c, size_t n)
+static char *take_string(ga_cursor *c, size_t n)
 {
     if (c->left < n) return NULL;
     char *s = ga_malloc(n + 1);
@@ -108,12 +96,12 @@ static char *take_string(cursor *c, size_t n)
 
 static ga_status meta_decode(const uint8_t *p, size_t len, ga_ckpt_meta **out, char *why, size_t cap)
 {
-    cursor c = {p, len};
+    ga_cursor c = {p, len};
     ga_ckpt_meta *m = ga_calloc(1, sizeof *m);
     uint64_t u64[6];
     uint32_t u32[4];
     if (!m) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory loading a checkpoint");
-    if (!take(&c, u64, sizeof u64) || !take(&c, u32, sizeof u32)) goto bad;
+    if (!ga_cursor_take(&c, u64, sizeof u64) || !ga_cursor_take(&c, u32, sizeof u32)) goto bad;
     m->version = u64[0], m->unix_ms = u64[1], m->steps = u64[2], m->late_pushes = u64[3];
     m->deadline_closes = u64[4], m->duplicate_pushes = u64[5];
     m->world = u32[0];
@@ -121,13 +109,13 @@ static ga_status meta_decode(const uint8_t *p, size_t len, ga_ckpt_meta **out, c
     if (!(m->job = take_string(&c, u32[2]))) goto bad;
     m->config_len = u32[3];
     if (m->config_len > c.left || !(m->config = ga_malloc(m->config_len + 1))) goto bad;
-    take(&c, m->config, m->config_len);
+    ga_cursor_take(&c, m->config, m->config_len);
     if (!(m->members = ga_calloc(m->world, sizeof *m->members))) goto bad;
     for (uint32_t r = 0; r < m->world; r++) {
         ga_ckpt_member *x = &m->members[r];
         uint8_t flags[2];
-        if (!take(&c, &x->incarnation, 8) || !take(&c, &x->last_step, 8) || !take(&c, &x->commit_mask, 8) ||
-            !take(&c, flags, 2))
+        if (!ga_cursor_take(&c, &x->incarnation, 8) || !ga_cursor_take(&c, &x->last_step, 8) ||
+            !ga_cursor_take(&c, &x->commit_mask, 8) || !ga_cursor_take(&c, flags, 2))
             goto bad;
         x->has_pushed = flags[0], x->left = flags[1];
     }
@@ -135,13 +123,14 @@ static ga_status meta_decode(const uint8_t *p, size_t len, ga_ckpt_meta **out, c
     for (uint32_t t = 0; t < u32[1]; t++) {
         ga_ckpt_tensor *x = &m->tensors[t];
         uint32_t name_len;
-        if (!take(&c, &name_len, 4) || !take(&c, &x->ndim, 4) || !take(&c, &x->elements, 8) ||
-            !take(&c, &x->adam_steps, 8) || !take(&c, &x->buffers, 4))
+        if (!ga_cursor_take(&c, &name_len, 4) || !ga_cursor_take(&c, &x->ndim, 4) ||
+            !ga_cursor_take(&c, &x->elements, 8) || !ga_cursor_take(&c, &x->adam_steps, 8) ||
+            !ga_cursor_take(&c, &x->buffers, 4))
             goto bad;
         m->ntensors = t + 1; /* from here on the tensor's strings are freed with the meta */
         if (name_len == 0 || !(x->name = take_string(&c, name_len))) goto bad;
         if (x->ndim == 0 || (uint64_t)x->ndim * 8 > c.left || !(x->shape = ga_malloc(x->ndim * 8))) goto bad;
-        take(&c, x->shape, x->ndim * 8);
+        ga_cursor_take(&c, x->shape, x->ndim * 8);
         if (!(x->buffers & 1u << GA_STORE_BUF_PARAMS) || x->buffers >> GA_STORE_BUFS) goto bad;
     }
     if (c.left) goto bad;

@@ -106,7 +106,8 @@ void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
     ga_status st = complete ? GA_OK : ga_journal_close_step(&job->journal, step + 1, why, sizeof why);
     if (st == GA_OK && complete && job->journal.sync == GA_JOURNAL_SYNC_STEP)
         st = ga_journal_flush(&job->journal, why, sizeof why);
-    if (st != GA_OK) ga_log(GA_LOG_ERROR, "job '%s': journaling the close of step %" PRIu64 ": %s", job->name, step, why);
+    if (st != GA_OK)
+        ga_log(GA_LOG_ERROR, "job '%s': journaling the close of step %" PRIu64 ": %s", job->name, step, why);
 }
 
 /* ---- checkpoints ---- */
@@ -146,7 +147,8 @@ static void ckpt_done(ga_task *t)
         job->ckpt_version = k->meta->version;
         job->ckpt_unix_ms = k->meta->unix_ms;
         job->ckpt_seconds = k->seconds;
-        ga_log(GA_LOG_INFO, "job '%s': checkpoint of version %" PRIu64 " written in %.3f s (%zu journal segments trimmed)",
+        ga_log(GA_LOG_INFO,
+               "job '%s': checkpoint of version %" PRIu64 " written in %.3f s (%zu journal segments trimmed)",
                job->name, k->meta->version, k->seconds, k->pruned);
     } else {
         job->ckpt_failures++;
@@ -333,7 +335,8 @@ static void load_newest(restore *r)
         ga_ckpt_meta_free(r->meta);
         r->meta = NULL;
         if (st == GA_OK) {
-            ga_log(GA_LOG_INFO, "restore: job '%s' at version %" PRIu64 " from %s", r->job->name, r->job->version, path);
+            ga_log(GA_LOG_INFO, "restore: job '%s' at version %" PRIu64 " from %s", r->job->name, r->job->version,
+                   path);
             r->job->ckpt_version = r->job->version;
             break;
         }
@@ -387,7 +390,8 @@ static void restore_dir(ga_core *c, const char *dir)
     ga_status st = ga_journal_replay(dir, after, replay_record, &r, &records, &damaged, why, sizeof why);
     c->replaying = false;
     if (!r.job) {
-        ga_log(GA_LOG_WARN, "restore: nothing to restore in %s%s%s", dir, st != GA_OK ? ": " : "", st != GA_OK ? why : "");
+        ga_log(GA_LOG_WARN, "restore: nothing to restore in %s%s%s", dir, st != GA_OK ? ": " : "",
+               st != GA_OK ? why : "");
         return;
     }
     ga_job *job = r.job;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "byte_cursor.h"
 #include "crc32c.h"
 #include "fileio.h"
 #include "ga_alloc.h"
@@ -299,28 +300,15 @@ ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, c
 
 /* ---- bodies ---- */
 
-typedef struct cursor {
-    const uint8_t *p;
-    size_t left;
-} cursor;
-
-static bool take(cursor *c, void *dst, size_t n)
-{
-    if (c->left < n) return false;
-    memcpy(dst, c->p, n);
-    c->p += n, c->left -= n;
-    return true;
-}
-
 ga_status ga_journal_decode_push(const ga_journal_record *r, ga_push **out, char *why, size_t cap)
 {
-    cursor c = {r->body, r->len};
+    ga_cursor c = {r->body, r->len};
     uint32_t count;
     ga_push *push = NULL;
-    if (!take(&c, &count, 4) || count == 0) goto bad;
+    if (!ga_cursor_take(&c, &count, 4) || count == 0) goto bad;
     for (uint32_t i = 0; i < count; i++) {
         part_head ph;
-        if (!take(&c, &ph, sizeof ph) || ph.hlen > c.left || ph.plen > c.left - ph.hlen) goto bad;
+        if (!ga_cursor_take(&c, &ph, sizeof ph) || ph.hlen > c.left || ph.plen > c.left - ph.hlen) goto bad;
         Gradagg__V1__PushChunk *chunk =
             (Gradagg__V1__PushChunk *)protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor,
                                                                 &ga_wire_allocator, ph.hlen, c.p);
@@ -353,13 +341,13 @@ bad:
 
 ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char *why, size_t cap)
 {
-    cursor c = {r->body, r->len};
+    ga_cursor c = {r->body, r->len};
     uint32_t count;
     ga_init *init = NULL;
-    if (!take(&c, &count, 4) || count == 0) goto bad;
+    if (!ga_cursor_take(&c, &count, 4) || count == 0) goto bad;
     for (uint32_t i = 0; i < count; i++) {
         uint64_t len;
-        if (!take(&c, &len, 8) || len > c.left) goto bad;
+        if (!ga_cursor_take(&c, &len, 8) || len > c.left) goto bad;
         Gradagg__V1__InitChunk *chunk = (Gradagg__V1__InitChunk *)protobuf_c_message_unpack(
             &gradagg__v1__init_chunk__descriptor, &ga_wire_allocator, len, c.p);
         if (!chunk) goto bad;

@@ -6,6 +6,10 @@
  * ack, so a killed process loses nothing in any mode; the mode decides what a lost machine
  * (power, kernel) may lose: NONE what the page cache held, STEP the open step's pushes (synced
  * at each close), PUSH nothing acknowledged (synced before each ack). */
-typedef enum ga_journal_sync { GA_JOURNAL_SYNC_NONE = 0, GA_JOURNAL_SYNC_STEP = 1, GA_JOURNAL_SYNC_PUSH = 2 } ga_journal_sync;
+typedef enum ga_journal_sync {
+    GA_JOURNAL_SYNC_NONE = 0,
+    GA_JOURNAL_SYNC_STEP = 1,
+    GA_JOURNAL_SYNC_PUSH = 2
+} ga_journal_sync;
 
 #endif

@@ -34,7 +34,8 @@ static void test_crc32c_check_value(void **state)
     char buf[1000];
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(i * 7 + 3);
     uint32_t whole = ga_crc32c(0, buf, sizeof buf);
-    for (size_t cut = 0; cut <= sizeof buf; cut += 37) assert_int_equal(ga_crc32c(ga_crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
+    for (size_t cut = 0; cut <= sizeof buf; cut += 37)
+        assert_int_equal(ga_crc32c(ga_crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
 }
 
 /* A push of one chunk of `count` fp32 values, as the network would deliver it. */
@@ -51,7 +52,8 @@ static ga_push *make_push(uint64_t step, uint32_t rank, float value, size_t coun
     uint8_t *bytes = ga_malloc(len);
     protobuf_c_message_pack(&c.base, bytes);
     ga_free(v);
-    ProtobufCMessage *m = protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
     ga_free(bytes);
     ga_push *push = NULL;
     char why[256];
