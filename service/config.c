@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
+
 typedef enum row_type {
     T_ADDR, /* host:port */
     T_PATH, /* a non-empty path */
@@ -410,23 +412,14 @@ void ga_config_listen_host(const ga_config *cfg, char *buf, size_t cap)
 
 ga_status ga_config_make_data_dir(const ga_config *cfg, char *why, size_t why_cap)
 {
-    char path[GA_CONFIG_PATH_MAX];
-    snprintf(path, sizeof path, "%s", cfg->data_dir);
-    /* mkdir -p: each prefix ending before a '/', then the whole path. */
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0750) != 0 && errno != EEXIST) {
-            say(why, why_cap, "cannot create --data-dir %s: %s", path, strerror(errno));
-            return GA_E_IO;
-        }
-        *p = saved;
-        if (saved == '\0') break;
+    char inner[GA_CONFIG_PATH_MAX + 128];
+    if (ga_file_mkdirs(cfg->data_dir, inner, sizeof inner) != GA_OK) {
+        say(why, why_cap, "cannot create --data-dir: %s", inner);
+        return GA_E_IO;
     }
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        say(why, why_cap, "--data-dir %s is not a directory", path);
+    if (stat(cfg->data_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        say(why, why_cap, "--data-dir %s is not a directory", cfg->data_dir);
         return GA_E_IO;
     }
     return GA_OK;

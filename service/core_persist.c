@@ -26,13 +26,6 @@
 
 /* ---- directories ---- */
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 /* <data_dir>/job-<up to 48 of [A-Za-z0-9_.-], others as '_'>-<16 hex of FNV-1a(name)>. */
 static char *job_dir(const char *data_dir, const char *name)
 {
@@ -47,7 +40,7 @@ static char *job_dir(const char *data_dir, const char *name)
     safe[k] = '\0';
     size_t n = strlen(data_dir) + k + 40;
     char *dir = ga_malloc(n);
-    if (dir) snprintf(dir, n, "%s/" JOB_DIR_PREFIX "%s-%016" PRIx64, data_dir, safe, fnv1a(name));
+    if (dir) snprintf(dir, n, "%s/" JOB_DIR_PREFIX "%s-%016" PRIx64, data_dir, safe, ga_job_name_hash(name));
     return dir;
 }
 

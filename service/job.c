@@ -239,7 +239,7 @@ void ga_job_destroy(ga_job *job)
 
 /* ---- tensors ---- */
 
-static uint64_t name_hash(const char *s)
+uint64_t ga_job_name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -250,7 +250,7 @@ long ga_job_tensor_find(const ga_job *job, const char *name)
 {
     if (!job->index_cap) return -1;
     size_t mask = job->index_cap - 1;
-    for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
+    for (size_t i = ga_job_name_hash(name) & mask;; i = (i + 1) & mask) {
         uint32_t v = job->index[i];
         if (!v) return -1;
         if (strcmp(job->tensors[v - 1].name, name) == 0) return (long)(v - 1);
@@ -260,7 +260,7 @@ long ga_job_tensor_find(const ga_job *job, const char *name)
 static void index_put(uint32_t *index, size_t cap, const char *name, uint32_t value)
 {
     size_t mask = cap - 1;
-    size_t i = name_hash(name) & mask;
+    size_t i = ga_job_name_hash(name) & mask;
     while (index[i]) i = (i + 1) & mask;
     index[i] = value;
 }

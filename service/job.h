@@ -127,6 +127,10 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
  * the loop must run once more. The task queue must be idle and no pull may wait. */
 void ga_job_destroy(ga_job *job);
 
+/* FNV-1a of a name: the tensor index's hash, and the tag of a job's data directory (a stable
+ * value: directories written by one version are found by the next). */
+uint64_t ga_job_name_hash(const char *name);
+
 /* The tensor named `name`, or -1. */
 long ga_job_tensor_find(const ga_job *job, const char *name);
 /* Appends a tensor (not ready yet); returns its index, or -1 when out of memory. */

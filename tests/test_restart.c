@@ -146,15 +146,15 @@ static float grad_value(uint32_t rank, int step, size_t i)
 
 static const ga_codec_id codecs[W] = {GA_CODEC_NONE, GA_CODEC_FP16, GA_CODEC_2BIT, GA_CODEC_TOPK};
 
-static void *worker_main(void *arg)
+/* The job every worker joins: Adam on the server, 2-bit compressed pulls, and retries that ride
+ * over a restart of a few seconds. address[0..cap) holds the server address the options name. */
+static ga_client_options job_options(char *address, size_t cap, int port, uint32_t rank)
 {
-    worker *wk = arg;
-    char address[64];
-    snprintf(address, sizeof address, "127.0.0.1:%d", wk->port);
+    snprintf(address, cap, "127.0.0.1:%d", port);
     ga_client_options o = GA_CLIENT_OPTIONS_INIT;
     o.server = address;
     o.job = "restart";
-    o.rank = wk->rank;
+    o.rank = rank;
     o.world_size = W;
     o.mean = true;
     o.optimizer = GA_SERVER_OPTIM_ADAM;
@@ -170,8 +170,16 @@ static void *worker_main(void *arg)
     o.step_timeout_ms = 30000;
     o.backoff_ms = 20;
     o.backoff_max_ms = 200;
-    o.max_retries = 400; /* rides over a restart of a few seconds */
+    o.max_retries = 400;
     o.threads = 1;
+    return o;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *wk = arg;
+    char address[64];
+    ga_client_options o = job_options(address, sizeof address, wk->port, wk->rank);
     ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
     t.codec = codecs[wk->rank];
     if (t.codec == GA_CODEC_TOPK) {
@@ -295,16 +303,8 @@ static void test_sigkill_loses_nothing(void **state)
     static float expect[BIG];
     memcpy(expect, w->big, sizeof expect);
     memset(w->big, 0, sizeof w->big);
-    w->port = a.port;
     char address[64];
-    snprintf(address, sizeof address, "127.0.0.1:%d", a.port);
-    ga_client_options o = GA_CLIENT_OPTIONS_INIT;
-    o.server = address, o.job = "restart", o.rank = 0, o.world_size = W, o.mean = true;
-    o.optimizer = GA_SERVER_OPTIM_ADAM;
-    o.adam.lr = 0.01f, o.adam.beta1 = 0.9f, o.adam.beta2 = 0.999f, o.adam.eps = 1e-8f;
-    o.pull_codec = GA_CODEC_2BIT;
-    o.pull_params = ga_codec_params_default(GA_CODEC_2BIT);
-    o.pull_params.threshold = 0.005f;
+    ga_client_options o = job_options(address, sizeof address, a.port, 0);
     ga_client *c;
     char msg[512];
     sleep_ms(150); /* the restored ranks' leases (100 ms) lapse: a new incarnation may take one */
