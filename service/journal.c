@@ -115,10 +115,13 @@ static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struc
     off_t start = lseek(j->fd, 0, SEEK_END);
     ga_status st = ga_file_writev(j->fd, iov, n, j->path, why, cap);
     if (st != GA_OK) {
-        /* Cut the partial record off, so later records are not hidden behind it. If even that
-         * fails, replay stops at the partial record (its checksum fails): nothing acknowledged
-         * lies behind it. */
-        if (start >= 0 && ftruncate(j->fd, start) != 0) {
+        /* Cut the partial record off, so later records are not hidden behind it (replay ends a
+         * segment at its first bad record). Failing that, later records go to a new segment;
+         * failing that too, the journal takes nothing more, so nothing is acknowledged behind
+         * the damage. */
+        if (start < 0 || ftruncate(j->fd, start) != 0) {
+            char ignored[64];
+            if (ga_journal_rotate(j, seq, ignored, sizeof ignored) != GA_OK) close(j->fd), j->fd = -1;
         }
         return st;
     }
