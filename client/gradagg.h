@@ -84,16 +84,37 @@ typedef struct ga_dgc_options {
                                coeff = ratio^(1/(warmup_epochs+1)); 0 = no warm-up */
 } ga_dgc_options;
 
+/* Automatic threshold of the 2bit codec (docs/auto-threshold.md). Before each push the SDK
+ * estimates, from a strided sample of |residual + gradient|, the threshold t at which the
+ * fraction of elements sent as +-t has an information content (entropy of the ternary code,
+ * signs equally likely) of `bits` per element, and smooths it across steps:
+ * t = smoothing * estimate + (1 - smoothing) * previous t (the first step takes the estimate).
+ * The codec params' threshold is the fallback while the sample is all zero. */
+typedef struct ga_auto_threshold {
+    bool enabled;          /* only with GA_CODEC_2BIT (GA_E_INVAL otherwise) */
+    float bits;            /* budget in (0, log2(3)]; 0 = 1.0 bit per element */
+    float smoothing;       /* weight of this step's estimate, in (0, 1]; 0 = 0.5 */
+    float sample_fraction; /* fraction of elements sampled, in (0, 1]; 0 = 0.01 (never fewer than
+                              4096 elements, or all of a smaller tensor) */
+} ga_auto_threshold;
+
 typedef struct ga_tensor_options {
     uint32_t version;       /* sizeof(ga_tensor_options) */
     ga_codec_id codec;      /* how gradients of this tensor are pushed */
     ga_codec_params params; /* ga_codec_params_default(codec) when left zero */
     ga_dgc_options dgc;
+    ga_auto_threshold auto_threshold;
+    /* params and every gradient of this tensor are CUDA device pointers: the gradient is encoded
+     * on the device by the CUDA codec (residual kept on the device) and only the payload is
+     * copied to the host; pulled parameters are decoded into a host mirror and copied to the
+     * device. GA_E_NO_CUDA / GA_E_NO_DEVICE at add_tensor when the library or the machine has no
+     * CUDA; GA_E_INVAL with DGC or the automatic threshold (host tensors only). */
+    bool device;
 } ga_tensor_options;
 
 #define GA_TENSOR_OPTIONS_INIT                                                     \
     {sizeof(ga_tensor_options), GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, \
-     {false, 0.0f, false, false, 0.0f, 0}}
+     {false, 0.0f, false, false, 0.0f, 0}, {false, 0.0f, 0.0f, 0.0f}, false}
 
 /* Per-step figures of the last ga_client_step, and totals. */
 typedef struct ga_client_stats {
@@ -144,6 +165,19 @@ ga_status ga_client_step(ga_client *c, const float *const *grads);
 
 /* DGC warm-up epoch (0-based); call at each epoch start. */
 void ga_client_set_epoch(ga_client *c, uint32_t epoch);
+/* The threshold tensor `index` was last pushed with (2bit, 1bit; with the automatic threshold the
+ * adapted one, before the first step the starting one) into *threshold, and the fraction of
+ * its elements the last push sent as nonzero codes (2bit; NaN for other codecs or before the
+ * first step) into *density (may be NULL). GA_E_INVAL for a bad index or another codec. */
+ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *threshold, float *density);
+
+/* Layout of the public structs, for bindings that mirror them (client/python checks its ctypes
+ * structures against this at import): sizeof(type) when field is NULL, else offsetof(type,
+ * field); (size_t)-1 for an unknown type or field. Types: "ga_client_options",
+ * "ga_tensor_options", "ga_codec_params", "ga_sgd_params", "ga_adam_params",
+ * "ga_dgc_options", "ga_auto_threshold", "ga_client_stats"; fields by their C names. */
+size_t ga_client_abi_layout(const char *type, const char *field);
+
 /* Parameter version held in the buffers. */
 uint64_t ga_client_version(const ga_client *c);
 /* The message of the last error ("" when none). Valid until the next call on c. */
