@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auto_threshold.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
@@ -386,6 +387,7 @@ void ga_client_destroy(ga_client *c)
     for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
     ga_free(c->tensors);
     ga_free(c->scratch);
+    ga_free(c->sample);
     ga_free(c->server);
     ga_free(c->job);
     ga_free(c);
@@ -427,6 +429,15 @@ static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_ten
     ga_status st = ga_codec_params_validate(o->codec, cp);
     if (st != GA_OK)
         return ga_client_fail(c, st, "add_tensor '%s': codec %s: %s", name, ga_codec_name(o->codec), ga_strerror(st));
+    if (o->auto_threshold.enabled) {
+        if (o->codec != GA_CODEC_2BIT)
+            return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': auto_threshold needs the 2bit codec, not %s", name,
+                                  ga_codec_name(o->codec));
+        ga_auto_threshold a;
+        char why[160];
+        if ((st = ga_auto_resolve(&o->auto_threshold, &a, why, sizeof why)) != GA_OK)
+            return ga_client_fail(c, st, "add_tensor '%s': %s", name, why);
+    }
     const ga_dgc_options *d = &o->dgc;
     if (!d->enabled) return GA_OK;
     if (!ga_codec_has_residual(o->codec))
@@ -474,6 +485,12 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
     t.codec = opt->codec;
     t.cp = cp;
     t.dgc = opt->dgc;
+    if (opt->auto_threshold.enabled) {
+        ga_auto_resolve(&opt->auto_threshold, &t.autot, NULL, 0); /* checked above */
+        t.auto_rho = ga_auto_density_for_bits((double)t.autot.bits);
+    }
+    t.threshold = cp.threshold;
+    t.density = NAN;
     if (ok && ga_codec_has_residual(opt->codec)) ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
     if (ok && t.dgc.enabled && t.dgc.momentum != 0.0f) ok = (t.u = ga_calloc(n, sizeof(float))) != NULL;
     if (!ok) {
@@ -568,6 +585,16 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
     if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
     c->stats.steps++;
     return clear_error(c);
+}
+
+ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *threshold, float *density)
+{
+    if (!c || !threshold || index < 0 || (size_t)index >= c->ntensors) return GA_E_INVAL;
+    const ga_tensor *t = &c->tensors[index];
+    if (t->codec != GA_CODEC_2BIT && t->codec != GA_CODEC_1BIT) return GA_E_INVAL;
+    *threshold = t->threshold;
+    if (density) *density = t->codec == GA_CODEC_2BIT ? t->density : NAN;
+    return GA_OK;
 }
 
 void ga_client_set_epoch(ga_client *c, uint32_t epoch)

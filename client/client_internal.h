@@ -28,6 +28,14 @@ typedef struct ga_tensor {
     ga_codec_id codec;
     ga_codec_params cp;        /* defaulted, only the codec's own fields set */
     ga_dgc_options dgc;
+    ga_auto_threshold autot;   /* enabled: resolved (defaults applied) */
+    double auto_rho;           /* the density its bit budget asks for */
+    bool auto_have;            /* a sample gave an estimate: smoothing starts from `threshold` */
+    float threshold;           /* 2bit/1bit: the threshold of the last push (the starting one before) */
+    float density;             /* 2bit: nonzero codes / n of the last push; NaN before */
+    float step_threshold;      /* planned for the open step; kept by encode_tensor */
+    bool step_have;
+    float clip_s;              /* DGC: this step's clipping coefficient (plan_tensor) */
     float *residual;           /* n floats when the codec has one; DGC: the accumulation v */
     float *u;                  /* DGC momentum (momentum != 0) */
     float *work;               /* n floats: clipped / Nesterov-corrected / late-folded gradient */
@@ -59,6 +67,8 @@ struct ga_client {
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */
     size_t scratch_n;
+    float *sample;         /* automatic threshold: one tensor's sample */
+    size_t sample_n;
     char err[512];
 };
 
