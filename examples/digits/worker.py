@@ -6,10 +6,8 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from . import data
 
@@ -61,14 +59,16 @@ class Outcome:
     train_loss: List[float] = field(default_factory=list)
     test_loss: List[float] = field(default_factory=list)
     test_acc: List[float] = field(default_factory=list)
-    thresholds: List[List[float]] = field(default_factory=list)  # per epoch: each tensor's threshold
+    # 2bit/1bit, per epoch: each tensor's [threshold, density] of the epoch's last push
+    thresholds: List[List[List[float]]] = field(default_factory=list)
 
 
-def _threshold(client: Any, index: int) -> float:
+def _threshold(client: Any, index: int) -> List[float]:
+    from gradagg import GradaggError
     try:
-        return float(client.threshold(index)[0])
-    except (NotImplementedError, Exception):  # a codec without one, or a library without the call
-        return math.nan
+        return [float(v) for v in client.threshold(index)]
+    except (NotImplementedError, GradaggError):  # a library without the call; a codec without one
+        return [math.nan, math.nan]
 
 
 def train(task: Task, rank: int, digits: data.Digits,
