@@ -58,6 +58,7 @@ def main() -> int:
     args = ap.parse_args()
 
     server_bin = env.use_build(args.build)
+    env.exit_on_sigterm()
     names = set(QUICK if args.quick else args.only or [c.name for c in CONFIGS]) | {"none"}
     configs = [c for c in CONFIGS if c.name in names]
     unknown = names - {c.name for c in configs}
@@ -67,7 +68,7 @@ def main() -> int:
     training = Training(epochs=args.epochs)
 
     t0 = time.monotonic()
-    with Server(server_bin, args.out / "server") as srv, Workers(training.world_size) as workers:
+    with Server(server_bin, args.out / "server", max_jobs=len(configs) * len(seeds) + 1) as srv, Workers(training.world_size) as workers:
         records = experiment.run(workers, srv.address, configs, seeds, training)
     experiment.summarise(records)
     elapsed = time.monotonic() - t0

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
+import sys
 from datetime import date
 from pathlib import Path
 from typing import Any, Dict
@@ -30,3 +32,9 @@ def machine() -> Dict[str, Any]:
     import torch
     return {"date": date.today().isoformat(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "torch": torch.__version__}
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM unwinds like ^C (SystemExit 143), so the server and the workers are stopped by
+    their context managers instead of being left behind."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

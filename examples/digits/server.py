@@ -21,8 +21,9 @@ class Server:
     """gradagg-server on 127.0.0.1:<free port>; a context manager (stop() on a clean exit,
     SIGKILL on an exception so a failure never leaves it running)."""
 
-    def __init__(self, binary: Path, workdir: Path, *, start_timeout_s: float = 10.0) -> None:
+    def __init__(self, binary: Path, workdir: Path, *, max_jobs: int = 64, start_timeout_s: float = 10.0) -> None:
         self.binary = Path(binary)
+        self.max_jobs = max_jobs  # a job stays on the server after its ranks leave: one per run
         self.workdir = Path(workdir)
         self.start_timeout_s = start_timeout_s
         self.proc: Optional[subprocess.Popen] = None
@@ -44,8 +45,10 @@ class Server:
         out_path = self.workdir / "server.out"
         with open(out_path, "w") as out, open(self.workdir / "server.log", "w") as err:
             self.proc = subprocess.Popen(
-                [str(self.binary), "--listen", "127.0.0.1:0", "--admin-listen", "", "--data-dir", str(data)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                [str(self.binary), "--listen", "127.0.0.1:0", "--admin-listen", "", "--data-dir", str(data),
+                 "--max-jobs", str(self.max_jobs)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True)  # a ^C reaches the coordinator, which stops it in order
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             m = _LISTENING.search(out_path.read_text(errors="replace"))

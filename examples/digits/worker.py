@@ -126,7 +126,10 @@ def serve(rank: int, tasks: Any, results: Any) -> None:
     """A worker process's loop: trains each Task from `tasks` as `rank` until None arrives.
     Puts ("epoch", rank, job, (epoch, loss, acc)) after each epoch on rank 0, then
     ("done", rank, job, Outcome) or ("error", rank, job, traceback text) on `results`."""
+    import signal
+
     import torch
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the coordinator's: it terminates the ranks
     torch.set_num_threads(1)  # 4 workers and the server share 2 cores
     digits = data.load()
     while True:
