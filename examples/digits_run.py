@@ -4,7 +4,7 @@ processes through it with 2-bit compressed gradients, then uncompressed, over th
 prints the comparison and writes the curves. Exits 1 on any failure, or when 2bit's mean test
 accuracy is more than --max-loss-pp below the uncompressed one.
 
-  /usr/bin/python3 examples/digits_run.py [--seeds 3] [--threshold auto|T] [--build build/run]"""
+  /usr/bin/python3 examples/digits_run.py [--seeds 5] [--threshold auto|T] [--build build/run]"""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +28,7 @@ def threshold_arg(s: str) -> float | str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=3, help="runs per codec (seeds 0..N-1; default 3)")
+    ap.add_argument("--seeds", type=int, default=5, help="runs per codec (seeds 0..N-1; default 5)")
     ap.add_argument("--epochs", type=int, default=Training.epochs)
     ap.add_argument("--threshold", type=threshold_arg, default="auto",
                     help="2bit threshold: 'auto' (the SDK adapts it; default) or a number")
@@ -44,7 +44,7 @@ def main() -> int:
     env.exit_on_sigterm()
     training = Training(epochs=args.epochs)
     t = args.threshold
-    two_bit = Compression("2bit " + (f"auto {args.auto_bits:g} bit" if t == "auto" else f"t={t:g}"), "2bit", t,
+    two_bit = Compression("2bit " + (f"auto {args.auto_bits:.1f} bit" if t == "auto" else f"t={t:g}"), "2bit", t,
                           auto_bits=args.auto_bits)
     configs = [two_bit, Compression("none")]
     seeds = list(range(args.seeds))

@@ -37,10 +37,11 @@ CONFIGS = [
     C("1bit", "1bit", 0.0),
     C("1bit_scaled", "1bit_scaled"),
     C("topk 0.1% + DGC", "topk", ratio=TOPK, dgc=True),
+    C("topk 0.1% + DGC, no warm-up", "topk", ratio=TOPK, dgc=True, warmup_epochs=0),
     C("topk 0.1%", "topk", ratio=TOPK),
 ]
 QUICK = ["none", "2bit t=0.01", "2bit auto 1.0 bit", "topk 0.1% + DGC"]
-TARGETS = {"topk 0.1% + DGC": 0.5}  # pp below uncompressed; every other codec 1.0
+TARGETS = {"topk 0.1% + DGC": 0.5, "topk 0.1% + DGC, no warm-up": 0.5}  # pp below uncompressed; every other codec 1.0
 PLOT_GROUPS = [
     ["none", "fp16"] + [c.name for c in CONFIGS if c.name.startswith("2bit t=")],
     ["none"] + [c.name for c in CONFIGS if c.name.startswith(("2bit auto", "1bit", "topk"))],
@@ -68,7 +69,8 @@ def main() -> int:
     training = Training(epochs=args.epochs)
 
     t0 = time.monotonic()
-    with Server(server_bin, args.out / "server", max_jobs=len(configs) * len(seeds) + 1) as srv, Workers(training.world_size) as workers:
+    jobs = len(configs) * len(seeds)
+    with Server(server_bin, args.out / "server", max_jobs=jobs) as srv, Workers(training.world_size) as workers:
         records = experiment.run(workers, srv.address, configs, seeds, training)
     experiment.summarise(records)
     elapsed = time.monotonic() - t0

@@ -19,7 +19,7 @@ def table(records: List[Dict[str, Any]], targets: Optional[Dict[str, float]] = N
     """Markdown: one row per config. targets maps a config name to its allowed loss in pp
     (default 1.0); the last column says whether the mean difference meets it."""
     head = ("| config | test acc % mean ± sd (min–max) | Δ vs none, pp (mean ± se; worst seed) "
-            "| pushed B/step | last-epoch pushed B/step | pulled B/step | push ratio | target |")
+            "| pushed B/step/worker | same, last epoch | pulled B/step/worker | push ratio | target |")
     rows = [head, "|" + "---|" * 8]
     for r in records:
         s = r["summary"]
@@ -30,9 +30,9 @@ def table(records: List[Dict[str, Any]], targets: Optional[Dict[str, float]] = N
         else:
             verdict = f"{'yes' if diff >= -limit else 'NO'} (≤ {limit:g} pp)"
             delta = f"{diff:+.2f} ± {_num(s['diff_pp_se'], '.2f')}; {s['diff_pp_min']:+.2f}"
+        acc = f"{s['acc_mean']:.2f} ± {_num(s['acc_sd'], '.2f')} ({s['acc_min']:.2f}–{s['acc_max']:.2f})"
         rows.append(
-            f"| {r['name']} | {s['acc_mean']:.2f} ± {_num(s['acc_sd'], '.2f')} ({s['acc_min']:.2f}–{s['acc_max']:.2f}) "
-            f"| {delta} | {_bytes(s['pushed_per_step'])} | {_bytes(s['last_epoch_pushed_per_step'])} "
+            f"| {r['name']} | {acc} | {delta} | {_bytes(s['pushed_per_step'])} | {_bytes(s['last_epoch_pushed_per_step'])} "
             f"| {_bytes(s['pulled_per_step'])} | {s['push_ratio']:.1f}x | {verdict} |")
     return "\n".join(rows)
 

@@ -20,9 +20,8 @@ class Compression:
     threshold: Union[float, str, None] = None  # 2bit/1bit threshold, or "auto"
     auto_bits: float = 1.0                     # bits per element of the automatic threshold
     ratio: Optional[float] = None              # topk keep ratio
-    dgc: bool = False                          # DGC momentum correction + warm-up (worker momentum)
-    dense_1d: bool = False                     # biases (1-d tensors) pushed uncompressed
-    lr: Optional[float] = None                 # overrides Training.lr (a codec's fix)
+    dgc: bool = False                          # DGC momentum correction (worker momentum, factor masking)
+    warmup_epochs: int = 4                     # DGC's keep-ratio warm-up
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,7 @@ def train(task: Task, rank: int, digits: data.Digits,
     """Trains task's job as `rank` and returns what it measured. on_epoch(epoch, train_loss,
     test_acc) is called on rank 0 after each epoch."""
     import torch
+    from gradagg import DGC
     from gradagg.torch import DistributedOptimizer
 
     from . import model as mdl
@@ -84,13 +84,12 @@ def train(task: Task, rank: int, digits: data.Digits,
     net = mdl.build(task.seed, tr.hidden)
     x_tr, y_tr = torch.from_numpy(digits.x_train), torch.from_numpy(digits.y_train)
     x_te, y_te = torch.from_numpy(digits.x_test), torch.from_numpy(digits.y_test)
-    codec_for = (lambda name, p: "none" if p.dim() == 1 else None) if comp.dense_1d else None
     out = Outcome(rank)
     t0 = time.monotonic()
     opt = DistributedOptimizer(
         net.named_parameters(), server=task.server, job=task.job, rank=rank, world_size=tr.world_size,
-        lr=comp.lr if comp.lr is not None else tr.lr, momentum=tr.momentum, codec=comp.codec,
-        threshold=comp.threshold, auto_bits=comp.auto_bits, ratio=comp.ratio, dgc=comp.dgc, codec_for=codec_for,
+        lr=tr.lr, momentum=tr.momentum, codec=comp.codec, threshold=comp.threshold, auto_bits=comp.auto_bits,
+        ratio=comp.ratio, dgc=DGC(momentum=tr.momentum, warmup_epochs=comp.warmup_epochs) if comp.dgc else False,
         threads=1, step_timeout_ms=120_000)
     with opt:
         for epoch in range(tr.epochs):
