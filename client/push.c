@@ -1,5 +1,6 @@
-/* The push side of a step: DGC correction, the automatic 2bit threshold, encoding every chunk once into buffers kept until
- * the push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
+/* The push side of a step: DGC correction, the automatic 2bit threshold, encoding every chunk
+ * once (device tensors on the device, payloads copied to the host) into buffers kept until the
+ * push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
  * folding refused payloads back into the residual. */
 #include <math.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include "client_internal.h"
 #include "dgc.h"
 #include "ga_alloc.h"
+#include "ga_reduce.h"
 #include "ga_wire.h"
 
 /* Most elements per chunk whatever the codec: bounds the DGC masking scratch and the work a
@@ -115,6 +117,15 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
     }
     t->nparts = nparts;
     if (!reserve((void **)&t->buf, &t->buf_cap, pos ? pos : 4)) goto nomem;
+    if (t->device) {
+        if ((st = ga_client_device_reserve((void **)&t->dbuf, &t->dbuf_cap, pos ? pos : 4)) != GA_OK ||
+            (needs_work(t) && !t->work && (st = ga_device_malloc(t->n * sizeof(float), (void **)&t->work)) != GA_OK)) {
+            t->nparts = 0;
+            return ga_client_fail(c, st, "push step %llu: tensor '%s': device buffers: %s", (unsigned long long)step,
+                                  t->name, ga_strerror(st));
+        }
+        return GA_OK;
+    }
     if (needs_work(t) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
     if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
         size_t want = elems < t->n ? elems : t->n;
@@ -149,15 +160,35 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
     if (t->dgc.enabled) {
         src = ga_dgc_correct(&t->dgc, t->u, g, t->clip_s, t->work, t->n);
     } else if (t->late_pending) {
-        for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        if (t->device) {
+            /* The same float sums as the host loop (ga_reduce is bit-identical across backends). */
+            const float *in[2] = {g, t->late};
+            ga_status st = ga_reduce_sum(&c->dex, in, 2, t->n, t->work);
+            if (st != GA_OK) {
+                t->nparts = 0;
+                return ga_client_fail(c, st, "push step %llu: tensor '%s': adding its late push: %s",
+                                      (unsigned long long)step, t->name, ga_strerror(st));
+            }
+        } else {
+            for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        }
         src = t->work;
     }
+    const ga_exec *ex = t->device ? &c->dex : &c->ex;
     for (size_t i = 0; i < t->nparts; i++) {
         ga_push_part *p = &t->parts[i];
         float *res = t->residual ? t->residual + p->off : NULL;
         size_t len;
-        ga_status st = ga_codec_encode(&c->ex, t->codec, &p->params, src + p->off, res, p->count, t->buf + p->pos,
-                                       p->len, &len);
+        /* Device tensors encode into device staging, then copy the payload to the host buffer. */
+        uint8_t *out = t->device ? t->dbuf + p->pos : t->buf + p->pos;
+        ga_status st = ga_codec_encode(ex, t->codec, &p->params, src + p->off, res, p->count, out, p->len, &len);
+        if (st == GA_OK && t->device) st = ga_device_copy(ex, t->buf + p->pos, out, len);
+        /* Sent now: a fold-back of this chunk brings it back into late. */
+        if (st == GA_OK && t->late_pending) {
+            if (t->device) st = ga_client_device_zero(c, t->late + p->off, p->count * sizeof(float));
+            else memset(t->late + p->off, 0, p->count * sizeof(float));
+        }
+        if (st == GA_OK && t->device && i + 1 == t->nparts) st = ga_exec_sync(ex);
         if (st != GA_OK) {
             t->nparts = i; /* what was encoded, for the fold-back */
             return ga_client_fail(c, st, "push step %llu: encode tensor '%s' [%zu, %zu) with %s: %s",
@@ -166,8 +197,6 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         }
         p->len = len;
         c->stats.bytes_pushed += len;
-        /* Sent now: a fold-back of this chunk brings it back into late. */
-        if (t->late_pending) memset(t->late + p->off, 0, p->count * sizeof(float));
         if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
             st = ga_dgc_mask(&c->ex, t->codec, &p->params, t->buf + p->pos, len, p->count, t->u + p->off, c->scratch);
             if (st != GA_OK) /* our own payload: cannot fail short of a codec bug */
@@ -191,9 +220,14 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads)
     for (size_t i = 0; i < c->ntensors; i++) {
         ga_tensor *t = &c->tensors[i];
         t->nparts = 0;
-        if (!ga_dgc_all_finite(grads[i], t->n))
+        ga_status fin = t->device ? ga_client_device_finite(c, t, grads[i])
+                                  : ga_dgc_all_finite(grads[i], t->n) ? GA_OK : GA_E_NONFINITE;
+        if (fin == GA_E_NONFINITE)
             return ga_client_fail(c, GA_E_NONFINITE, "push step %llu: gradient of tensor '%s' holds NaN or Inf",
                                   (unsigned long long)step, t->name);
+        if (fin != GA_OK)
+            return ga_client_fail(c, fin, "push step %llu: checking the device gradient of tensor '%s': %s",
+                                  (unsigned long long)step, t->name, ga_strerror(fin));
     }
     ga_status st;
     for (size_t i = 0; i < c->ntensors; i++)
@@ -220,12 +254,30 @@ ga_status ga_client_fold_back(ga_client *c)
         if (t->nparts == 0) continue;
         float *into = t->residual;
         if (!into) {
-            if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
-                rc = ga_client_fail(c, GA_E_NOMEM, "fold-back of tensor '%s': out of memory", t->name);
+            ga_status st = GA_OK;
+            if (!t->late && t->device) {
+                if ((st = ga_device_malloc(t->n * sizeof(float), (void **)&t->late)) == GA_OK &&
+                    (st = ga_client_device_zero(c, t->late, t->n * sizeof(float))) != GA_OK) {
+                    ga_device_free(t->late);
+                    t->late = NULL;
+                }
+            } else if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
+                st = GA_E_NOMEM;
+            }
+            if (st != GA_OK) {
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+                t->nparts = 0;
                 continue;
             }
             into = t->late;
             t->late_pending = true;
+        }
+        if (t->device) {
+            ga_status st = ga_client_device_fold_back(c, t, into);
+            if (st != GA_OK && rc == GA_OK)
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+            t->nparts = 0;
+            continue;
         }
         for (size_t k = 0; k < t->nparts; k++) {
             ga_push_part *p = &t->parts[k];
