@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "test_dirs.h"
+#include "test_inproc_server.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,6 @@
 #include "client_internal.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
-#include "server.h"
 
 #define N 150037 /* odd: a partial last chunk, several chunks at chunk_bytes 16 KiB */
 #define STEPS 5
@@ -35,15 +34,7 @@ static const ga_exec cuda = GA_EXEC_CUDA_INIT; /* the default stream: the test's
 static int start_server(void **state)
 {
     (void)state;
-    ga_config cfg;
-    ga_config_defaults(&cfg);
-    cfg.admin_listen[0] = '\0';
-    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
-    cfg.log_level = GA_LOG_WARN;
-    if (ga_server_start(&cfg, &server) != GA_OK) return -1;
-    snprintf(address, sizeof address, "127.0.0.1:%d", ga_server_port(server));
-    return 0;
+    return ga_test_server_start(data_dir, &server, address, sizeof address) == GA_OK ? 0 : -1;
 }
 
 static int stop_server(void **state)
