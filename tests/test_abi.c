@@ -52,7 +52,7 @@ static int for_each_field(const char *text, const char *type, void (*check)(cons
     const char *e = strchr(b, '}');
     assert_non_null(e);
     int count = 0;
-    char decl[512];
+    char decl[4096]; /* comments blanked out count too */
     while (b < e) {
         const char *semi = memchr(b, ';', (size_t)(e - b));
         if (!semi) break;
