@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auto_threshold.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
@@ -359,10 +360,14 @@ static void tensor_free(ga_tensor *t)
 {
     ga_free(t->name);
     ga_free(t->shape);
-    ga_free(t->residual);
+    if (t->device) {
+        ga_client_device_tensor_free(t);
+    } else {
+        ga_free(t->residual);
+        ga_free(t->work);
+        ga_free(t->late);
+    }
     ga_free(t->u);
-    ga_free(t->work);
-    ga_free(t->late);
     ga_free(t->buf);
     ga_free(t->parts);
 }
@@ -386,6 +391,9 @@ void ga_client_destroy(ga_client *c)
     for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
     ga_free(c->tensors);
     ga_free(c->scratch);
+    ga_free(c->sample);
+    ga_device_free(c->dscratch);
+    ga_cuda_stream_destroy(c->stream);
     ga_free(c->server);
     ga_free(c->job);
     ga_free(c);
@@ -427,6 +435,26 @@ static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_ten
     ga_status st = ga_codec_params_validate(o->codec, cp);
     if (st != GA_OK)
         return ga_client_fail(c, st, "add_tensor '%s': codec %s: %s", name, ga_codec_name(o->codec), ga_strerror(st));
+    if (o->auto_threshold.enabled) {
+        if (o->codec != GA_CODEC_2BIT)
+            return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': auto_threshold needs the 2bit codec, not %s", name,
+                                  ga_codec_name(o->codec));
+        ga_auto_threshold a;
+        char why[160];
+        if ((st = ga_auto_resolve(&o->auto_threshold, &a, why, sizeof why)) != GA_OK)
+            return ga_client_fail(c, st, "add_tensor '%s': %s", name, why);
+    }
+    if (o->device) {
+        if (!ga_cuda_built())
+            return ga_client_fail(c, GA_E_NO_CUDA, "add_tensor '%s': device tensor, but libgradagg was built without CUDA",
+                                  name);
+        if (ga_cuda_device_count() == 0)
+            return ga_client_fail(c, GA_E_NO_DEVICE, "add_tensor '%s': device tensor, but no CUDA device is available",
+                                  name);
+        if (o->dgc.enabled || o->auto_threshold.enabled)
+            return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': %s is for host tensors only, not device ones", name,
+                                  o->dgc.enabled ? "DGC" : "auto_threshold");
+    }
     const ga_dgc_options *d = &o->dgc;
     if (!d->enabled) return GA_OK;
     if (!ga_codec_has_residual(o->codec))
@@ -471,10 +499,27 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
     t.ndim = ndim;
     t.n = n;
     t.params = params;
+    t.device = opt->device;
     t.codec = opt->codec;
     t.cp = cp;
     t.dgc = opt->dgc;
-    if (ok && ga_codec_has_residual(opt->codec)) ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
+    if (opt->auto_threshold.enabled) {
+        ga_auto_resolve(&opt->auto_threshold, &t.autot, NULL, 0); /* checked above */
+        t.auto_rho = ga_auto_density_for_bits((double)t.autot.bits);
+    }
+    t.threshold = cp.threshold;
+    t.density = NAN;
+    if (t.device) {
+        t.dparams = params;
+        t.params = NULL;
+        if (ok && (st = ga_client_device_tensor(c, &t)) != GA_OK) {
+            tensor_free(&t);
+            return ga_client_fail(c, st, "add_tensor '%s': device buffers for %zu elements: %s", name, n,
+                                  ga_strerror(st));
+        }
+    } else if (ok && ga_codec_has_residual(opt->codec)) {
+        ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
+    }
     if (ok && t.dgc.enabled && t.dgc.momentum != 0.0f) ok = (t.u = ga_calloc(n, sizeof(float))) != NULL;
     if (!ok) {
         tensor_free(&t);
@@ -494,8 +539,11 @@ ga_status ga_client_init(ga_client *c)
     if (!c) return GA_E_INVAL;
     if (c->inited) return ga_client_fail(c, GA_E_INVAL, "init: already done");
     if (c->ntensors == 0) return ga_client_fail(c, GA_E_INVAL, "init: no tensors registered");
+    /* Device tensors send their device values: through the host mirror. */
+    ga_status st = ga_client_device_load(c);
+    if (st != GA_OK) return ga_client_fail(c, st, "init: copying device tensors to the host: %s", ga_strerror(st));
     /* Safe to repeat after a failure: a second init of the same tensors is a no-op. */
-    ga_status st = ga_client_send_init(c);
+    st = ga_client_send_init(c);
     if (st != GA_OK) return st;
     c->params_exact = false;
     if ((st = ga_client_pull(c, 0)) != GA_OK) return st;
@@ -522,6 +570,9 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
     c->stats.encode_s = c->stats.push_s = c->stats.pull_s = c->stats.decode_s = 0.0;
     c->stats.bytes_pushed = c->stats.bytes_pulled = 0;
     ga_status st;
+    if (c->device_stale && (st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "step: copying version %llu to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
     if (c->pull_pending) {
         /* The last push counted but its parameters never arrived: fetch them before these
          * gradients go anywhere. */
@@ -568,6 +619,16 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
     if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
     c->stats.steps++;
     return clear_error(c);
+}
+
+ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *threshold, float *density)
+{
+    if (!c || !threshold || index < 0 || (size_t)index >= c->ntensors) return GA_E_INVAL;
+    const ga_tensor *t = &c->tensors[index];
+    if (t->codec != GA_CODEC_2BIT && t->codec != GA_CODEC_1BIT) return GA_E_INVAL;
+    *threshold = t->threshold;
+    if (density) *density = t->codec == GA_CODEC_2BIT ? t->density : NAN;
+    return GA_OK;
 }
 
 void ga_client_set_epoch(ga_client *c, uint32_t epoch)

@@ -24,11 +24,25 @@ typedef struct ga_tensor {
     uint64_t *shape;
     int ndim;
     size_t n;
-    float *params;             /* borrowed from the caller */
+    float *params;             /* borrowed from the caller; device tensors: the owned host mirror
+                                  that init sends from and pulls write into */
+    bool device;               /* ga_tensor_options.device: residual, late, work on the device */
+    float *dparams;            /* device tensors: the caller's device buffer */
+    uint8_t *dbuf;             /* device tensors: payload staging (encode, fold-back) */
+    size_t dbuf_cap;
     ga_codec_id codec;
     ga_codec_params cp;        /* defaulted, only the codec's own fields set */
     ga_dgc_options dgc;
-    float *residual;           /* n floats when the codec has one; DGC: the accumulation v */
+    ga_auto_threshold autot;   /* enabled: resolved (defaults applied) */
+    double auto_rho;           /* the density its bit budget asks for */
+    bool auto_have;            /* a sample gave an estimate: smoothing starts from `threshold` */
+    float threshold;           /* 2bit/1bit: the threshold of the last push (the starting one before) */
+    float density;             /* 2bit: nonzero codes / n of the last push; NaN before */
+    float step_threshold;      /* planned for the open step; kept by encode_tensor */
+    bool step_have;
+    float clip_s;              /* DGC: this step's clipping coefficient (plan_tensor) */
+    float *residual;           /* n floats when the codec has one; DGC: the accumulation v
+                                  (device memory for device tensors, as are work and late) */
     float *u;                  /* DGC momentum (momentum != 0) */
     float *work;               /* n floats: clipped / Nesterov-corrected / late-folded gradient */
     float *late;               /* codecs without a residual: late pushes, added to the next step */
@@ -59,6 +73,13 @@ struct ga_client {
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */
     size_t scratch_n;
+    float *sample;         /* automatic threshold: one tensor's sample */
+    size_t sample_n;
+    ga_exec dex;           /* device tensors: CUDA on the client's own stream */
+    void *stream;          /* owned (ga_cuda_stream_create), made by the first device tensor */
+    float *dscratch;       /* device: the finite check's output, one chunk */
+    size_t dscratch_n;
+    bool device_stale;     /* a pull succeeded but its copy to the device buffers did not */
     char err[512];
 };
 
@@ -87,5 +108,23 @@ ga_status ga_client_push(ga_client *c, uint64_t *ack_version);      /* push.c */
 ga_status ga_client_fold_back(ga_client *c);                        /* push.c */
 ga_status ga_client_pull(ga_client *c, uint64_t min_version);       /* pull.c */
 ga_status ga_client_send_init(ga_client *c);                        /* init.c */
+
+/* Device tensors (device.c). */
+/* Makes the client's CUDA stream (once) and t's mirror and zeroed device residual. */
+ga_status ga_client_device_tensor(ga_client *c, ga_tensor *t);
+void ga_client_device_tensor_free(ga_tensor *t);
+/* Grows a device buffer to at least want bytes; the old contents need not survive. */
+ga_status ga_client_device_reserve(void **buf, size_t *cap, size_t want);
+/* Zeroes bytes of device memory at p (queued on c->dex). */
+ga_status ga_client_device_zero(ga_client *c, void *p, size_t bytes);
+/* GA_E_NONFINITE when the device gradient g of t holds NaN or Inf; nothing else changes. */
+ga_status ga_client_device_finite(ga_client *c, const ga_tensor *t, const float *g);
+/* Copies every device tensor's buffer into its mirror (before init sends it). */
+ga_status ga_client_device_load(ga_client *c);
+/* Copies every mirror to its device buffer (after a successful pull); device_stale until it
+ * succeeds. */
+ga_status ga_client_device_store(ga_client *c);
+/* Adds t's encoded host payloads (t->parts) back into `into` (device memory). */
+ga_status ga_client_device_fold_back(ga_client *c, ga_tensor *t, float *into);
 
 #endif

@@ -51,6 +51,15 @@ const float *ga_dgc_correct(const ga_dgc_options *o, float *u, const float *g, f
     return u;
 }
 
+float ga_dgc_corrected_at(const ga_dgc_options *o, const float *u, const float *g, float s, size_t i)
+{
+    const float m = o->momentum;
+    if (m == 0.0f) return s == 1.0f ? g[i] : s * g[i];
+    float gi = s * g[i];
+    if (o->nesterov) return (u[i] + gi) * m + gi;
+    return m * u[i] + gi;
+}
+
 ga_status ga_dgc_mask(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params, const void *payload,
                       size_t len, size_t n, float *u, float *scratch)
 {

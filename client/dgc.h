@@ -33,6 +33,10 @@ bool ga_dgc_all_finite(const float *g, size_t n);
  * u and work are n floats (u unused when m == 0); work may be NULL when it is not needed. */
 const float *ga_dgc_correct(const ga_dgc_options *o, float *u, const float *g, float s, float *work, size_t n);
 
+/* Element i of what ga_dgc_correct would return, computed without writing u: the automatic
+ * threshold samples the corrected gradient before anything moves. */
+float ga_dgc_corrected_at(const ga_dgc_options *o, const float *u, const float *g, float s, size_t i);
+
 /* Factor masking: decodes a payload of n elements into scratch (n floats, overwritten) and sets
  * u[i] = 0 wherever a nonzero value was sent. Errors as ga_codec_decode_add (nothing changes). */
 ga_status ga_dgc_mask(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params, const void *payload,

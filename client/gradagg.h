@@ -108,7 +108,11 @@ typedef struct ga_tensor_options {
      * on the device by the CUDA codec (residual kept on the device) and only the payload is
      * copied to the host; pulled parameters are decoded into a host mirror and copied to the
      * device. GA_E_NO_CUDA / GA_E_NO_DEVICE at add_tensor when the library or the machine has no
-     * CUDA; GA_E_INVAL with DGC or the automatic threshold (host tensors only). */
+     * CUDA; GA_E_INVAL with DGC or the automatic threshold (host tensors only). The SDK works on
+     * its own non-blocking stream, made on the calling thread's current device at the first
+     * device add_tensor: whatever writes the gradients (or reads params) on another stream must
+     * be finished before ga_client_init / ga_client_step (synchronise it); each call returns
+     * with its own device work done. */
     bool device;
 } ga_tensor_options;
 

@@ -1,6 +1,7 @@
 /* The pull side of a step: a Pull stream for a version >= min_version, fp32 chunks written into
- * the caller's buffers as they come, compressed deltas held until the stream ended OK and then
- * added (a broken pull never leaves half a delta applied), with retries. */
+ * the caller's buffers (a device tensor's host mirror) as they come, compressed deltas held
+ * until the stream ended OK and then added (a broken pull never leaves half a delta applied),
+ * with retries; then device tensors get the new version copied to the device. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -227,5 +228,9 @@ ga_status ga_client_pull(ga_client *c, uint64_t min_version)
     c->stats.decode_s += ps.apply_s;
     c->stats.pull_s += ga_client_now() - t0 - ps.apply_s;
     if (st != GA_OK) return ga_client_fail_call(c, st, why, "pull version >= %llu", (unsigned long long)min_version);
+    /* Device tensors: the mirror now holds the version; the caller's device buffers get it. */
+    if ((st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "pull version %llu: copying it to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
     return GA_OK;
 }

@@ -1,12 +1,17 @@
-/* The push side of a step: DGC correction, encoding every chunk once into buffers kept until
- * the push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
+/* The push side of a step: DGC correction, the automatic 2bit threshold, encoding every chunk
+ * once (device tensors on the device, payloads copied to the host) into buffers kept until the
+ * push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
  * folding refused payloads back into the residual. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "auto_threshold.h"
 #include "client_internal.h"
 #include "dgc.h"
 #include "ga_alloc.h"
+#include "ga_reduce.h"
 #include "ga_wire.h"
 
 /* Most elements per chunk whatever the codec: bounds the DGC masking scratch and the work a
@@ -40,19 +45,54 @@ static uint64_t chunk_seed(uint64_t base, uint64_t step, size_t i)
  * it starts at the version found at join, so a restarted worker does not reuse old numbers). */
 static uint64_t push_step(const ga_client *c) { return c->step; }
 
-static bool needs_work(const ga_tensor *t, const float *g)
+static bool needs_work(const ga_tensor *t)
 {
-    if (t->dgc.enabled)
-        return t->dgc.nesterov || (t->dgc.momentum == 0.0f && ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm) != 1.0f);
+    if (t->dgc.enabled) return t->dgc.nesterov || (t->dgc.momentum == 0.0f && t->clip_s != 1.0f);
     return t->late_pending;
+}
+
+/* This step's automatic threshold of t, from a sample of |residual + what the encode will add|
+ * taken before anything moves; kept by encode_tensor once the residual moved with it. */
+static ga_status plan_threshold(ga_client *c, ga_tensor *t, const float *g, uint64_t step, size_t index)
+{
+    ga_auto_sample plan = ga_auto_sample_plan(t->n, t->autot.sample_fraction, chunk_seed(index, step, SIZE_MAX));
+    size_t bytes = c->sample_n * sizeof(float);
+    if (!reserve((void **)&c->sample, &bytes, plan.count * sizeof(float))) return GA_E_NOMEM;
+    c->sample_n = bytes / sizeof(float);
+    float est;
+    if (t->dgc.enabled) {
+        for (size_t k = 0; k < plan.count; k++) {
+            size_t i = plan.start + k * plan.stride;
+            c->sample[k] = fabsf(t->residual[i] + ga_dgc_corrected_at(&t->dgc, t->u, g, t->clip_s, i));
+        }
+        est = ga_auto_quantile(c->sample, plan.count, t->auto_rho);
+    } else {
+        est = ga_auto_estimate(t->residual, g, t->n, plan, t->auto_rho, c->sample);
+    }
+    t->step_threshold = t->threshold;
+    t->step_have = t->auto_have;
+    /* An all-zero sample (or an overflowing sum) says nothing: keep the last threshold. */
+    if (est > 0.0f && isfinite(est)) {
+        float next = ga_auto_smooth(t->threshold, t->auto_have, est, t->autot.smoothing);
+        if (next > 0.0f && isfinite(next)) {
+            t->step_threshold = next;
+            t->step_have = true;
+        }
+    }
+    return GA_OK;
 }
 
 /* Plans t's chunks for this step and reserves every buffer the encode needs, so that nothing
  * can fail for lack of memory once residuals start to move. */
-static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step)
+static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step, size_t index)
 {
     ga_codec_params p = t->cp;
     if (t->codec == GA_CODEC_TOPK && t->dgc.enabled) p.ratio = ga_dgc_ratio(p.ratio, t->dgc.warmup_epochs, c->epoch);
+    t->clip_s = t->dgc.enabled ? ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm) : 1.0f;
+    if (t->autot.enabled) {
+        if (plan_threshold(c, t, g, step, index) != GA_OK) goto nomem;
+        p.threshold = t->step_threshold;
+    }
     size_t elems;
     ga_status st = ga_chunks_for_codec(t->codec, &p, c->opt.chunk_bytes, &elems);
     if (st != GA_OK) return ga_client_fail(c, st, "push step %llu: tensor '%s': %s", (unsigned long long)step, t->name, ga_strerror(st));
@@ -77,7 +117,16 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
     }
     t->nparts = nparts;
     if (!reserve((void **)&t->buf, &t->buf_cap, pos ? pos : 4)) goto nomem;
-    if (needs_work(t, g) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
+    if (t->device) {
+        if ((st = ga_client_device_reserve((void **)&t->dbuf, &t->dbuf_cap, pos ? pos : 4)) != GA_OK ||
+            (needs_work(t) && !t->work && (st = ga_device_malloc(t->n * sizeof(float), (void **)&t->work)) != GA_OK)) {
+            t->nparts = 0;
+            return ga_client_fail(c, st, "push step %llu: tensor '%s': device buffers: %s", (unsigned long long)step,
+                                  t->name, ga_strerror(st));
+        }
+        return GA_OK;
+    }
+    if (needs_work(t) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
     if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
         size_t want = elems < t->n ? elems : t->n;
         size_t bytes = c->scratch_n * sizeof(float);
@@ -91,23 +140,55 @@ nomem:
                           t->name);
 }
 
+/* The fraction of t's elements its encoded 2bit payloads send as +-t: codes 2 and 3 (the high
+ * bit of each pair) counted word by word; padding codes are 0. */
+static float density_2bit(const ga_tensor *t)
+{
+    uint64_t nonzero = 0;
+    for (size_t k = 0; k < t->nparts; k++) {
+        const ga_push_part *p = &t->parts[k];
+        const uint32_t *w = (const uint32_t *)(t->buf + p->pos);
+        for (size_t j = 0; j < p->len / 4; j++) nonzero += (uint64_t)__builtin_popcount(w[j] & 0xAAAAAAAAu);
+    }
+    return (float)((double)nonzero / (double)t->n);
+}
+
 /* Encodes t's chunks; the residual (and DGC's u) move here. */
 static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step)
 {
     const float *src = g;
     if (t->dgc.enabled) {
-        float s = ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm);
-        src = ga_dgc_correct(&t->dgc, t->u, g, s, t->work, t->n);
+        src = ga_dgc_correct(&t->dgc, t->u, g, t->clip_s, t->work, t->n);
     } else if (t->late_pending) {
-        for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        if (t->device) {
+            /* The same float sums as the host loop (ga_reduce is bit-identical across backends). */
+            const float *in[2] = {g, t->late};
+            ga_status st = ga_reduce_sum(&c->dex, in, 2, t->n, t->work);
+            if (st != GA_OK) {
+                t->nparts = 0;
+                return ga_client_fail(c, st, "push step %llu: tensor '%s': adding its late push: %s",
+                                      (unsigned long long)step, t->name, ga_strerror(st));
+            }
+        } else {
+            for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        }
         src = t->work;
     }
+    const ga_exec *ex = t->device ? &c->dex : &c->ex;
     for (size_t i = 0; i < t->nparts; i++) {
         ga_push_part *p = &t->parts[i];
         float *res = t->residual ? t->residual + p->off : NULL;
         size_t len;
-        ga_status st = ga_codec_encode(&c->ex, t->codec, &p->params, src + p->off, res, p->count, t->buf + p->pos,
-                                       p->len, &len);
+        /* Device tensors encode into device staging, then copy the payload to the host buffer. */
+        uint8_t *out = t->device ? t->dbuf + p->pos : t->buf + p->pos;
+        ga_status st = ga_codec_encode(ex, t->codec, &p->params, src + p->off, res, p->count, out, p->len, &len);
+        if (st == GA_OK && t->device) st = ga_device_copy(ex, t->buf + p->pos, out, len);
+        /* Sent now: a fold-back of this chunk brings it back into late. */
+        if (st == GA_OK && t->late_pending) {
+            if (t->device) st = ga_client_device_zero(c, t->late + p->off, p->count * sizeof(float));
+            else memset(t->late + p->off, 0, p->count * sizeof(float));
+        }
+        if (st == GA_OK && t->device && i + 1 == t->nparts) st = ga_exec_sync(ex);
         if (st != GA_OK) {
             t->nparts = i; /* what was encoded, for the fold-back */
             return ga_client_fail(c, st, "push step %llu: encode tensor '%s' [%zu, %zu) with %s: %s",
@@ -116,8 +197,6 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         }
         p->len = len;
         c->stats.bytes_pushed += len;
-        /* Sent now: a fold-back of this chunk brings it back into late. */
-        if (t->late_pending) memset(t->late + p->off, 0, p->count * sizeof(float));
         if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
             st = ga_dgc_mask(&c->ex, t->codec, &p->params, t->buf + p->pos, len, p->count, t->u + p->off, c->scratch);
             if (st != GA_OK) /* our own payload: cannot fail short of a codec bug */
@@ -126,6 +205,11 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         }
     }
     t->late_pending = false;
+    if (t->autot.enabled) {
+        t->threshold = t->step_threshold;
+        t->auto_have = t->step_have;
+    }
+    if (t->codec == GA_CODEC_2BIT) t->density = density_2bit(t);
     return GA_OK;
 }
 
@@ -136,13 +220,18 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads)
     for (size_t i = 0; i < c->ntensors; i++) {
         ga_tensor *t = &c->tensors[i];
         t->nparts = 0;
-        if (!ga_dgc_all_finite(grads[i], t->n))
+        ga_status fin = t->device ? ga_client_device_finite(c, t, grads[i])
+                                  : ga_dgc_all_finite(grads[i], t->n) ? GA_OK : GA_E_NONFINITE;
+        if (fin == GA_E_NONFINITE)
             return ga_client_fail(c, GA_E_NONFINITE, "push step %llu: gradient of tensor '%s' holds NaN or Inf",
                                   (unsigned long long)step, t->name);
+        if (fin != GA_OK)
+            return ga_client_fail(c, fin, "push step %llu: checking the device gradient of tensor '%s': %s",
+                                  (unsigned long long)step, t->name, ga_strerror(fin));
     }
     ga_status st;
     for (size_t i = 0; i < c->ntensors; i++)
-        if ((st = plan_tensor(c, &c->tensors[i], grads[i], step)) != GA_OK) return st;
+        if ((st = plan_tensor(c, &c->tensors[i], grads[i], step, i)) != GA_OK) return st;
     for (size_t i = 0; i < c->ntensors; i++) {
         if ((st = encode_tensor(c, &c->tensors[i], grads[i], step)) != GA_OK) {
             /* A wire-type overflow (fp16/bf16) after others moved: keep what they encoded. */
@@ -165,12 +254,30 @@ ga_status ga_client_fold_back(ga_client *c)
         if (t->nparts == 0) continue;
         float *into = t->residual;
         if (!into) {
-            if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
-                rc = ga_client_fail(c, GA_E_NOMEM, "fold-back of tensor '%s': out of memory", t->name);
+            ga_status st = GA_OK;
+            if (!t->late && t->device) {
+                if ((st = ga_device_malloc(t->n * sizeof(float), (void **)&t->late)) == GA_OK &&
+                    (st = ga_client_device_zero(c, t->late, t->n * sizeof(float))) != GA_OK) {
+                    ga_device_free(t->late);
+                    t->late = NULL;
+                }
+            } else if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
+                st = GA_E_NOMEM;
+            }
+            if (st != GA_OK) {
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+                t->nparts = 0;
                 continue;
             }
             into = t->late;
             t->late_pending = true;
+        }
+        if (t->device) {
+            ga_status st = ga_client_device_fold_back(c, t, into);
+            if (st != GA_OK && rc == GA_OK)
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+            t->nparts = 0;
+            continue;
         }
         for (size_t k = 0; k < t->nparts; k++) {
             ga_push_part *p = &t->parts[k];
