@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _lib, _structs as S
-from ._arrays import Buffer, describe, synchronize
+from ._arrays import describe, synchronize
 from .errors import error_for
 from .options import DGC, SGD, Adam, Stats
 
