@@ -24,7 +24,8 @@ def _candidates() -> List[Tuple[str, str]]:
     env = os.environ.get("GRADAGG_LIB")
     if env:
         return [(env, "$GRADAGG_LIB")]
-    found = sorted(REPO_ROOT.glob("build/*/client/libgradagg.so"), key=lambda p: p.stat().st_mtime, reverse=True)
+    found = sorted((p for p in REPO_ROOT.glob("build/*/client/libgradagg.so") if p.exists()),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
     out = [(str(p), "repo build") for p in found]
     name = ctypes.util.find_library("gradagg")
     if name:

@@ -348,13 +348,15 @@ class Client:
     @property
     def version(self) -> int:
         """The parameter version held in the registered arrays."""
-        return int(_lib.ga_client_version(self._h()))
+        with self._lock:
+            return int(_lib.ga_client_version(self._h()))
 
     @property
     def stats(self) -> Stats:
         """Figures of the last step (times in seconds, payload bytes) and totals."""
         s = S.ClientStats()
-        _lib.ga_client_get_stats(self._h(), ctypes.byref(s))
+        with self._lock:
+            _lib.ga_client_get_stats(self._h(), ctypes.byref(s))
         return Stats(*(getattr(s, f) for f, _ in S.ClientStats._fields_))
 
     def threshold(self, index: int) -> Tuple[float, float]:
