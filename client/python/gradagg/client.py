@@ -1,0 +1,374 @@
+"""gradagg.Client: one rank of one job, over ga_client (gradagg.h).
+
+Every call goes to libgradagg; this module converts arguments, checks Python-side types before
+any C call (TypeError / ValueError), keeps the registered arrays alive for as long as the C
+client may write into them, and turns error statuses into gradagg.errors exceptions carrying
+ga_client_error's message.
+
+Threads: ctypes releases the GIL during each library call, so clients in different threads
+step concurrently. One client is used by one thread at a time (gradagg.h); a lock serialises
+calls on the same client rather than letting two race inside the library.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from . import _lib, _structs as S
+from ._arrays import describe, synchronize
+from .errors import error_for
+from .options import DGC, SGD, Adam, Stats
+
+ArrayLike = Any  # numpy.ndarray | torch.Tensor (torch is optional)
+Threshold = Union[float, str, None]
+
+_MODES = {"sync": 0, "async": 1}
+_OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM = 0, 1, 2
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+
+
+def codecs() -> List[str]:
+    """Codec names the library knows, by wire id ("none", "fp16", ..., "topk")."""
+    out: List[str] = []
+    i = 0
+    while True:
+        name = _lib.ga_codec_name(i)
+        if not name:
+            return out
+        out.append(name.decode())
+        i += 1
+
+
+def codec_id(name: str) -> int:
+    """The wire id of a codec name; gradagg.errors.CodecError for an unknown one."""
+    if not isinstance(name, str):
+        raise TypeError(f"codec: {type(name).__name__}, expected a codec name (str)")
+    out = ctypes.c_int()
+    st = _lib.ga_codec_from_name(name.encode(), ctypes.byref(out))
+    if st != 0:
+        raise error_for(st, f"unknown codec {name!r} (known: {', '.join(codecs())})")
+    return out.value
+
+
+def cuda_built() -> bool:
+    """True when libgradagg was built with CUDA."""
+    return bool(_lib.ga_cuda_built())
+
+
+def cuda_device_count() -> int:
+    """Usable CUDA devices: 0 without CUDA in the library, a driver, or a GPU."""
+    return int(_lib.ga_cuda_device_count())
+
+
+def _uint(what: str, v: Any, top: int = _U32) -> int:
+    # ctypes would silently wrap -1 into 4294967295: check first.
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what}: {type(v).__name__}, expected int")
+    if not 0 <= v <= top:
+        raise ValueError(f"{what}: {v} outside [0, {top}]")
+    return v
+
+
+def _float(what: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what}: {type(v).__name__}, expected float")
+    return float(v)
+
+
+def _opt_str(v: Optional[str]) -> Optional[bytes]:
+    return None if v is None else str(v).encode()
+
+
+def codec_params(codec: int, threshold: Optional[float] = None, ratio: Optional[float] = None) -> S.CodecParams:
+    """ga_codec_params_default(codec) with the given fields replaced (the library validates)."""
+    p = _lib.ga_codec_params_default(codec)
+    if threshold is not None:
+        p.threshold = _float("threshold", threshold)
+    if ratio is not None:
+        p.ratio = _float("ratio", ratio)
+    return p
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A registered tensor: its name, shape, element count, codec, and where its data lives."""
+    name: str
+    shape: Tuple[int, ...]
+    size: int
+    codec: str
+    cuda_device: Optional[int]
+    ptr: int
+
+
+class Client:
+    """One worker (one rank of one job) of a gradagg-server.
+
+    Joins at construction (the first rank to join creates the job with these settings; the
+    others must pass the same, else gradagg.errors.JobConfigError). Register tensors with
+    add_tensor, call init() once, then step(grads) once per training step: it pushes the
+    gradients (compressed per tensor) and writes the new parameters into the registered arrays.
+    close() (or leaving a ``with`` block) leaves the job and frees the C client.
+
+    optimizer runs on the server: SGD, Adam, or None (the server serves the mean or sum of the
+    gradients as the "parameters"). mean: divide the sum by the ranks that contributed.
+    pull_codec: "none" for fp32 pulls, else the codec of the compressed parameter deltas
+    (pull_threshold / pull_ratio its parameters). See gradagg.h for the other options.
+    """
+
+    _handle: Optional[ctypes.c_void_p] = None
+
+    def __init__(self, server: str, job: str, rank: int, world_size: int, *, mean: bool = True,
+                 optimizer: Union[SGD, Adam, None] = None, mode: str = "sync", deadline_ms: int = 0, quorum: int = 0,
+                 pull_codec: str = "none", pull_threshold: Optional[float] = None,
+                 pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
+                 step_timeout_ms: int = 300000, max_retries: int = 8, backoff_ms: int = 50,
+                 backoff_max_ms: int = 2000, threads: int = 0, incarnation: int = 0,
+                 tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
+                 tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
+                 auth_token: Optional[str] = None) -> None:
+        self._lock = threading.Lock()
+        self._tensors: List[TensorInfo] = []
+        self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
+        self._inited = False
+        if mode not in _MODES:
+            raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
+        o = S.ClientOptions()
+        o.version = ctypes.sizeof(S.ClientOptions)
+        o.server = str(server).encode()
+        o.job = str(job).encode()
+        o.rank = _uint("rank", rank)
+        o.world_size = _uint("world_size", world_size)
+        o.incarnation = _uint("incarnation", incarnation, _U64)
+        o.mode = _MODES[mode]
+        o.mean = bool(mean)
+        # The C defaults (GA_CLIENT_OPTIONS_INIT) for the optimizer that is not chosen.
+        o.sgd = S.SgdParams(0.01, 0.0, 0.0, False)
+        o.adam = S.AdamParams(0.001, 0.9, 0.999, 1e-8, 0.0, False)
+        if optimizer is None:
+            o.optimizer = _OPTIM_NONE
+        elif isinstance(optimizer, SGD):
+            o.optimizer = _OPTIM_SGD
+            o.sgd = S.SgdParams(_float("lr", optimizer.lr), _float("momentum", optimizer.momentum),
+                                _float("weight_decay", optimizer.weight_decay), bool(optimizer.nesterov))
+        elif isinstance(optimizer, Adam):
+            o.optimizer = _OPTIM_ADAM
+            o.adam = S.AdamParams(_float("lr", optimizer.lr), _float("beta1", optimizer.beta1),
+                                  _float("beta2", optimizer.beta2), _float("eps", optimizer.eps),
+                                  _float("weight_decay", optimizer.weight_decay), bool(optimizer.decoupled))
+        else:
+            raise TypeError(f"optimizer: {type(optimizer).__name__}, expected gradagg.SGD, gradagg.Adam or None")
+        o.deadline_ms = _uint("deadline_ms", deadline_ms)
+        o.quorum = _uint("quorum", quorum)
+        o.pull_codec = codec_id(pull_codec)
+        o.pull_params = codec_params(o.pull_codec, pull_threshold, pull_ratio)
+        o.chunk_bytes = _uint("chunk_bytes", chunk_bytes, _U64)
+        o.call_timeout_ms = _uint("call_timeout_ms", call_timeout_ms)
+        o.step_timeout_ms = _uint("step_timeout_ms", step_timeout_ms)
+        o.max_retries = _uint("max_retries", max_retries)
+        o.backoff_ms = _uint("backoff_ms", backoff_ms)
+        o.backoff_max_ms = _uint("backoff_max_ms", backoff_max_ms)
+        o.threads = _uint("threads", threads, (1 << 31) - 1)
+        o.tls_ca_file = _opt_str(tls_ca_file)
+        o.tls_cert_file = _opt_str(tls_cert_file)
+        o.tls_key_file = _opt_str(tls_key_file)
+        o.tls_target_name = _opt_str(tls_target_name)
+        o.auth_token = _opt_str(auth_token)
+        self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
+
+        handle = ctypes.c_void_p()
+        msg = ctypes.create_string_buffer(1024)
+        st = _lib.ga_client_create(ctypes.byref(o), ctypes.byref(handle), msg, len(msg))
+        if st != 0:
+            raise error_for(st, msg.value.decode(errors="replace"))
+        self._handle = handle
+
+    # ---- life ----
+
+    def close(self) -> None:
+        """Leaves the job (best effort) and frees the C client. Idempotent. The registered arrays
+        are released afterwards; they keep the last parameters pulled."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            h, self._handle = self._handle, None
+            if h is not None and h.value:
+                _lib.ga_client_destroy(h)
+            self._keep = []
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library or its module may be gone
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"version {self.version}"
+        return (f"<gradagg.Client job={self.job!r} rank={self.rank}/{self.world_size} server={self.server!r} "
+                f"tensors={len(self._tensors)} {state}>")
+
+    def _h(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise RuntimeError("gradagg.Client is closed")
+        return self._handle
+
+    def _fail(self, st: int) -> Exception:
+        msg = _lib.ga_client_error(self._handle)
+        return error_for(st, msg.decode(errors="replace") if msg else "")
+
+    # ---- tensors ----
+
+    def add_tensor(self, name: str, params: ArrayLike, *, codec: str = "none", threshold: Threshold = None,
+                   auto_bits: float = 1.0, auto_smoothing: float = 0.0, auto_sample_fraction: float = 0.0,
+                   ratio: Optional[float] = None, dgc: Optional[DGC] = None) -> int:
+        """Registers params (float32, C-contiguous, writable; numpy array or torch tensor, CPU or
+        CUDA) under name and returns its index. Before init() only. The client keeps a reference
+        to params and the library writes each new parameter version into its memory, so it must
+        not be reallocated (for torch: do not assign param.data).
+
+        codec: how this tensor's gradients are pushed (codecs()). threshold: the 2bit/1bit
+        threshold, or "auto" for the automatic 2bit threshold targeting auto_bits bits per element
+        (auto_smoothing, auto_sample_fraction: 0 = the library's defaults). ratio: the topk keep
+        ratio. dgc: Deep Gradient Compression options (a codec with a residual). A torch CUDA
+        tensor is registered as a device tensor (the library must be built with CUDA).
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError("name: expected a non-empty str")
+        buf = describe(params, f"add_tensor {name!r}: params", writable=True)
+        t = S.TensorOptions()
+        t.version = ctypes.sizeof(S.TensorOptions)
+        t.codec = codec_id(codec)
+        auto = isinstance(threshold, str)
+        if auto and threshold != "auto":
+            raise ValueError(f"threshold: {threshold!r}, expected a float, 'auto' or None")
+        t.params = codec_params(t.codec, None if auto else threshold, ratio)  # type: ignore[arg-type]
+        if auto:
+            t.auto_threshold = S.AutoThreshold(True, _float("auto_bits", auto_bits),
+                                               _float("auto_smoothing", auto_smoothing),
+                                               _float("auto_sample_fraction", auto_sample_fraction))
+        if dgc is not None:
+            if not isinstance(dgc, DGC):
+                raise TypeError(f"dgc: {type(dgc).__name__}, expected gradagg.DGC or None")
+            t.dgc = S.DgcOptions(True, _float("dgc.momentum", dgc.momentum), bool(dgc.nesterov),
+                                 bool(dgc.factor_masking), _float("dgc.clip_norm", dgc.clip_norm),
+                                 _uint("dgc.warmup_epochs", dgc.warmup_epochs))
+        t.device = buf.cuda_device is not None
+        shape = buf.shape or (1,)  # a 0-d tensor is one element
+        cshape = (ctypes.c_uint64 * len(shape))(*shape)
+        index = ctypes.c_int()
+        with self._lock:
+            h = self._h()
+            st = _lib.ga_client_add_tensor(h, name.encode(), cshape, len(shape), buf.ptr, ctypes.byref(t),
+                                           ctypes.byref(index))
+            if st != 0:
+                raise self._fail(st)
+            self._keep.append(params)
+            self._tensors.append(TensorInfo(name, buf.shape, buf.size, codec, buf.cuda_device, buf.ptr))
+        return index.value
+
+    @property
+    def tensors(self) -> List[TensorInfo]:
+        """The registered tensors, in registration order (the order step() expects)."""
+        return list(self._tensors)
+
+    def init(self) -> None:
+        """Sends every tensor's current values as its initial value (the first rank's values
+        win) and pulls the job's current version into every registered array."""
+        with self._lock:
+            self._sync_devices(range(len(self._tensors)))
+            st = _lib.ga_client_init(self._h())
+            if st != 0:
+                raise self._fail(st)
+            self._inited = True
+
+    # ---- steps ----
+
+    def _sync_devices(self, indices: Any) -> None:
+        # The library reads device memory on its own stream: torch's queued kernels must be done.
+        devs = {self._tensors[i].cuda_device for i in indices} - {None}
+        for d in devs:
+            synchronize(d)  # type: ignore[arg-type]
+
+    def step(self, grads: Sequence[ArrayLike]) -> None:
+        """One training step: grads[i] is the gradient of tensor i (registration order), with
+        the tensor's shape, float32, contiguous, on the tensor's device. Pushes them, waits for
+        the next parameter version and writes it into the registered arrays. A non-finite
+        gradient raises gradagg.errors.NonFiniteError and nothing is pushed."""
+        if isinstance(grads, (str, bytes)) or not hasattr(grads, "__len__"):
+            raise TypeError("grads: expected a sequence with one gradient per registered tensor")
+        if len(grads) != len(self._tensors):
+            raise ValueError(f"grads: {len(grads)} gradients for {len(self._tensors)} registered tensors")
+        ptrs = (ctypes.c_void_p * max(1, len(grads)))()
+        for i, (g, info) in enumerate(zip(grads, self._tensors)):
+            what = f"grads[{i}] ({info.name!r})"
+            b = describe(g, what, writable=False)
+            if b.shape != info.shape and not (b.size == 1 and info.size == 1):
+                raise ValueError(f"{what}: shape {b.shape}, expected {info.shape}")
+            if b.cuda_device != info.cuda_device:
+                where = lambda d: "host memory" if d is None else f"cuda:{d}"  # noqa: E731
+                raise ValueError(f"{what}: in {where(b.cuda_device)}, the tensor is in {where(info.cuda_device)}")
+            ptrs[i] = b.ptr
+        with self._lock:
+            h = self._h()
+            self._check_storage()
+            self._sync_devices(range(len(self._tensors)))
+            st = _lib.ga_client_step(h, ptrs)
+            if st != 0:
+                raise self._fail(st)
+
+    def _check_storage(self) -> None:
+        # A torch parameter whose .data was reassigned no longer lives where the library writes.
+        for info, obj in zip(self._tensors, self._keep):
+            if hasattr(obj, "data_ptr") and obj.data_ptr() != info.ptr:
+                raise RuntimeError(f"tensor {info.name!r} moved in memory since add_tensor (was .data "
+                                   "reassigned?); the library writes the parameters into the old storage")
+
+    def set_epoch(self, epoch: int) -> None:
+        """The training epoch (0-based) for the DGC warm-up; call at each epoch start."""
+        e = _uint("epoch", epoch)
+        with self._lock:
+            _lib.ga_client_set_epoch(self._h(), e)
+
+    # ---- state ----
+
+    @property
+    def version(self) -> int:
+        """The parameter version held in the registered arrays."""
+        with self._lock:
+            return int(_lib.ga_client_version(self._h()))
+
+    @property
+    def stats(self) -> Stats:
+        """Figures of the last step (times in seconds, payload bytes) and totals."""
+        s = S.ClientStats()
+        with self._lock:
+            _lib.ga_client_get_stats(self._h(), ctypes.byref(s))
+        return Stats(*(getattr(s, f) for f, _ in S.ClientStats._fields_))
+
+    def threshold(self, index: int) -> Tuple[float, float]:
+        """(threshold, density) of tensor `index`'s last push: the (adapted) 2bit/1bit threshold
+        and the fraction of elements sent as nonzero codes (NaN before the first step or for
+        codecs other than 2bit). gradagg.errors.InvalError for a bad index or another codec."""
+        if _lib.ga_client_tensor_threshold is None:
+            raise NotImplementedError(f"{_lib.LIBRARY_PATH} has no ga_client_tensor_threshold (an older build)")
+        t, d = ctypes.c_float(), ctypes.c_float(math.nan)
+        with self._lock:
+            st = _lib.ga_client_tensor_threshold(self._h(), _uint("index", index, (1 << 31) - 1),
+                                                 ctypes.byref(t), ctypes.byref(d))
+            if st != 0:
+                raise self._fail(st)
+        return float(t.value), float(d.value)

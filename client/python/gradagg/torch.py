@@ -1,0 +1,141 @@
+"""gradagg.torch: a torch.optim.Optimizer whose step runs through gradagg-server.
+
+    opt = DistributedOptimizer(model.named_parameters(), server=addr, job="j", rank=r, world_size=w,
+                               lr=0.1, momentum=0.9, codec="2bit", threshold=0.5)
+    for x, y in data:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+
+Each parameter is registered with the client as its own storage: param.data must be float32 and
+contiguous (on the CPU, or on a CUDA device with a CUDA build), and must not be reassigned
+afterwards, because the library writes every new parameter version into that memory in place.
+The optimizer (SGD) runs on the server with hyper-parameters fixed for the job: changing
+param_groups' lr (an LR scheduler) is refused rather than silently ignored.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import torch
+
+from .client import Client
+from .options import DGC, SGD
+
+CodecFor = Callable[[str, torch.Tensor], Optional[str]]
+
+
+def _named(params: Iterable[Any]) -> List[Tuple[str, torch.Tensor]]:
+    out: List[Tuple[str, torch.Tensor]] = []
+    for i, p in enumerate(params):
+        if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str):
+            out.append((p[0], p[1]))
+        elif isinstance(p, torch.Tensor):
+            out.append((f"param{i}", p))
+        else:
+            raise TypeError(f"params[{i}]: expected a tensor or a (name, tensor) pair, got {type(p).__name__}")
+    if not out:
+        raise ValueError("DistributedOptimizer: no parameters")
+    return out
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Data-parallel SGD through gradagg-server: step() pushes every parameter's gradient
+    (compressed with `codec`) and writes the new parameters into the model in place.
+
+    params: model.named_parameters() (names become the server's tensor names and must match
+    across ranks), or plain tensors (named param0, param1, ...).
+    lr, momentum, weight_decay, nesterov: SGD on the server. With dgc the momentum runs on the
+    worker instead (DGC momentum correction, REFERENCE.md) and the server runs SGD with
+    momentum 0; dgc=True means DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
+    codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget), ratio:
+    how gradients are pushed; codec_for(name, param) may return another codec for a parameter
+    (e.g. "none" for small biases), None for the default. pull_codec and **client_kwargs go
+    to gradagg.Client (mean, mode, deadline_ms, chunk_bytes, auth_token, ...).
+    A parameter whose .grad is None pushes zeros.
+    """
+
+    def __init__(self, params: Iterable[Any], *, server: str, job: str, rank: int, world_size: int,
+                 lr: float, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+                 codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.0,
+                 ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
+                 codec_for: Optional[CodecFor] = None, **client_kwargs: Any) -> None:
+        named = _named(params)
+        for name, p in named:
+            if p.dtype != torch.float32:
+                raise TypeError(f"parameter {name!r}: dtype {p.dtype}; gradagg trains float32 parameters")
+            if not p.is_contiguous():
+                raise ValueError(f"parameter {name!r}: not contiguous; the library writes into its storage")
+        if dgc is True:
+            dgc_opt: Optional[DGC] = DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4)
+        elif dgc is False or dgc is None:
+            dgc_opt = None
+        elif isinstance(dgc, DGC):
+            dgc_opt = dgc
+        else:
+            raise TypeError(f"dgc: {type(dgc).__name__}, expected bool or gradagg.DGC")
+        # DGC carries the momentum on the worker: the server must not add it a second time.
+        server_sgd = SGD(lr=lr, momentum=0.0 if dgc_opt else momentum, weight_decay=weight_decay,
+                         nesterov=False if dgc_opt else nesterov)
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        super().__init__([p for _, p in named], defaults)
+        self._names = [n for n, _ in named]
+        self._lr = lr
+        self._zeros: Dict[int, torch.Tensor] = {}
+        self.client = Client(server, job, rank, world_size, optimizer=server_sgd, pull_codec=pull_codec,
+                             **client_kwargs)
+        try:
+            for name, p in named:
+                c = codec_for(name, p) if codec_for else None
+                c = c or codec
+                self.client.add_tensor(name, p, codec=c, threshold=threshold if c == codec else None,
+                                       auto_bits=auto_bits, ratio=ratio if c == codec else None, dgc=dgc_opt)
+            with torch.no_grad():
+                self.client.init()
+        except BaseException:
+            self.client.close()
+            raise
+
+    def _grads(self) -> List[torch.Tensor]:
+        out: List[torch.Tensor] = []
+        for i, p in enumerate(self._params()):
+            g = p.grad
+            if g is None:
+                z = self._zeros.get(i)
+                if z is None:
+                    z = self._zeros[i] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                g = z
+            elif g.is_sparse:
+                g = g.to_dense()
+            out.append(g.detach().to(torch.float32).contiguous())
+        return out
+
+    def _params(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+        """Pushes every gradient and writes the new parameters into the model. closure, when
+        given, re-evaluates the model and returns the loss (as in torch.optim)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["lr"] != self._lr:
+                raise RuntimeError(f"lr changed to {group['lr']} (was {self._lr}): the learning rate belongs "
+                                   "to the job's server-side SGD and cannot change during training")
+        self.client.step(self._grads())
+        return loss
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts epoch `epoch` (0-based) for the DGC warm-up."""
+        self.client.set_epoch(epoch)
+
+    def close(self) -> None:
+        """Leaves the job; the model keeps the last parameters pulled."""
+        self.client.close()
+
+    def __enter__(self) -> "DistributedOptimizer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,66 @@
+"""Helpers shared by the tests: workers in threads with a bound, and a tiny numpy model whose
+gradient uses only elementwise operations and axis sums (deterministic, no BLAS), so a
+reference run of the same math reproduces the service's results bit for bit."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+F32 = np.float32
+
+# Options that keep a hung test short: a broken server fails a call within seconds.
+FAST = dict(call_timeout_ms=10000, step_timeout_ms=30000, max_retries=2)
+
+
+def run_ranks(fn: Callable[[int], Any], world: int, timeout: float = 60.0) -> List[Any]:
+    """fn(rank) for every rank, each in its own thread; re-raises the first failure."""
+    results: Dict[int, Any] = {}
+    errors: Dict[int, BaseException] = {}
+
+    def body(r: int) -> None:
+        try:
+            results[r] = fn(r)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    alive = [r for r, t in enumerate(threads) if t.is_alive()]
+    assert not alive, f"ranks {alive} still running after {timeout}s"
+    if errors:
+        r = min(errors)
+        raise AssertionError(f"rank {r} failed: {errors[r]!r}") from errors[r]
+    return [results[r] for r in range(world)]
+
+
+def regression_data(rank: int, n: int = 32, d: int = 6, k: int = 3) -> Tuple[np.ndarray, np.ndarray]:
+    """rank's samples of y = x @ w* + b* (+ noise), float32."""
+    t = np.random.default_rng(7)
+    w_star = t.standard_normal((d, k)).astype(F32)
+    b_star = t.standard_normal(k).astype(F32)
+    rng = np.random.default_rng(100 + rank)
+    x = rng.standard_normal((n, d)).astype(F32)
+    y = (x[:, :, None] * w_star[None]).sum(1) + b_star + F32(0.01) * rng.standard_normal((n, k)).astype(F32)
+    return x, y.astype(F32)
+
+
+def regression_init(d: int = 6, k: int = 3) -> Tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    return (F32(0.1) * rng.standard_normal((d, k)).astype(F32)), np.zeros(k, F32)
+
+
+def regression_grads(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradient of 0.5 * mean squared error over the samples."""
+    err = (x[:, :, None] * w[None]).sum(1) + b - y
+    inv = F32(1.0 / x.shape[0])
+    return ((x[:, :, None] * err[:, None, :]).sum(0) * inv).astype(F32), (err.sum(0) * inv).astype(F32)
+
+
+def regression_loss(w: np.ndarray, b: np.ndarray, data: List[Tuple[np.ndarray, np.ndarray]]) -> float:
+    return float(np.mean([np.mean(((x[:, :, None] * w[None]).sum(1) + b - y).astype(np.float64) ** 2)
+                          for x, y in data]))

@@ -1,0 +1,69 @@
+"""Fixtures: a real gradagg-server (the binary of the build the loaded libgradagg.so comes from,
+or $GRADAGG_SERVER) on 127.0.0.1:0 with a fresh data dir, killed at teardown."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # client/python
+
+from gradagg import _lib  # noqa: E402
+
+
+class Server:
+    """A running gradagg-server: .addr is "127.0.0.1:<port>"."""
+
+    def __init__(self, binary: str, data_dir: Path, *extra: str) -> None:
+        self.log = data_dir / "server.log"
+        self.proc = subprocess.Popen(
+            [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir / "data"), "--admin-listen", "",
+             *extra],
+            stdout=subprocess.PIPE, stderr=open(self.log, "wb"), stdin=subprocess.DEVNULL)
+        line = b""
+        end = time.monotonic() + 20.0
+        assert self.proc.stdout is not None
+        while not line.endswith(b"\n") and time.monotonic() < end:
+            r, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if r:
+                ch = os.read(self.proc.stdout.fileno(), 1)
+                if not ch:
+                    break
+                line += ch
+        prefix = b"gradagg-server: listening on "
+        if not line.startswith(prefix):
+            self.stop()
+            pytest.fail(f"server did not start: {line!r}; log:\n{self.log.read_text(errors='replace')}")
+        self.addr = line[len(prefix):].strip().decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    binary = _lib.server_binary()
+    if not binary:
+        pytest.fail(f"no gradagg-server next to {_lib.LIBRARY_PATH}; build it or set GRADAGG_SERVER")
+    s = Server(binary, tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def job(request: pytest.FixtureRequest) -> str:
+    """A job name unique to the test."""
+    return request.node.name.replace("[", "_").replace("]", "")

@@ -1,0 +1,149 @@
+"""gradagg.torch.DistributedOptimizer: W ranks in threads train one small torch model."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gradagg
+from gradagg import errors
+from gradagg.torch import DistributedOptimizer
+from _util import FAST, run_ranks
+
+torch.set_num_threads(1)  # 4 ranks share 2 cores
+
+
+def make_model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)  # different per rank: init() must make them equal
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+def rank_data(r: int):
+    g = torch.Generator().manual_seed(1000 + r)
+    x = torch.randn(128, 8, generator=g)
+    t = torch.Generator().manual_seed(1)
+    teacher = torch.randn(8, 2, generator=t)
+    return x, x @ teacher
+
+
+def train(server, job: str, world: int, steps: int, **kw: Any) -> List[Dict[str, Any]]:
+    def worker(r: int) -> Dict[str, Any]:
+        model = make_model(r)
+        x, y = rank_data(r)
+        losses = []
+        with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=world,
+                                  **FAST, **kw) as opt:
+            start = [p.detach().clone() for p in model.parameters()]
+            for step in range(steps):
+                opt.set_epoch(step // 10)
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            version = opt.client.version
+        return dict(params=[p.detach().clone() for p in model.parameters()], start=start, losses=losses,
+                    version=version, model=model)
+
+    return run_ranks(worker, world, timeout=120)
+
+
+def assert_identical_and_learning(out: List[Dict[str, Any]], steps: int, factor: float) -> None:
+    for r, o in enumerate(out):
+        assert o["version"] == steps
+        for a, b in zip(o["params"], out[0]["params"]):
+            assert torch.equal(a, b), f"rank {r} differs"
+        for a, b in zip(o["start"], out[0]["start"]):
+            assert torch.equal(a, b), f"rank {r} started from other values than rank 0"
+        assert o["losses"][-1] < factor * o["losses"][0], o["losses"]
+
+
+def test_sgd_momentum_2bit(server, job) -> None:
+    # Biases uncompressed, weights 2bit.
+    out = train(server, job, 4, 40, lr=0.05, momentum=0.5, codec="2bit", threshold=0.1,
+                codec_for=lambda name, p: "none" if p.dim() == 1 else None)
+    assert_identical_and_learning(out, 40, 0.3)
+
+
+def test_dgc_topk(server, job) -> None:
+    out = train(server, job, 2, 40, lr=0.05, momentum=0.9, codec="topk", ratio=0.25, dgc=True)
+    assert_identical_and_learning(out, 40, 0.3)
+
+
+def test_none_grads_push_zeros(server, job) -> None:
+    model = torch.nn.Linear(3, 1)
+    extra = torch.nn.Parameter(torch.ones(4))  # never used: its grad stays None
+    params = list(model.named_parameters()) + [("extra", extra)]
+    with DistributedOptimizer(params, server=server.addr, job=job, rank=0, world_size=1, lr=0.1, **FAST) as opt:
+        before = model.weight.detach().clone()
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+        assert torch.equal(extra.detach(), torch.ones(4))
+        # d(sum)/dw = 2 per element; the server's float32 SGD, twice.
+        lr = torch.tensor(0.1)
+        assert torch.equal(model.weight.detach(), (before - lr * 2.0) - lr * 2.0)
+        assert opt.client.version == 2
+        # The learning rate lives on the server: a scheduler's change is refused, not ignored.
+        opt.param_groups[0]["lr"] = 0.01
+        with pytest.raises(RuntimeError, match="lr changed"):
+            opt.step()
+
+
+def test_plain_params_and_closure(server, job) -> None:
+    model = torch.nn.Linear(2, 1, bias=False)
+    with DistributedOptimizer(model.parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                              **FAST) as opt:
+        assert [t.name for t in opt.client.tensors] == ["param0"]
+
+        def closure():
+            opt.zero_grad()
+            loss = model(torch.ones(1, 2)).sum()
+            loss.backward()
+            return loss
+
+        assert isinstance(opt.step(closure), torch.Tensor)
+    with pytest.raises(TypeError, match="float32"):
+        DistributedOptimizer([torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))], server=server.addr,
+                             job=job + "x", rank=0, world_size=1, lr=0.1, **FAST)
+
+
+def test_dgc_with_an_uncompressed_tensor_is_a_config_error(server, job) -> None:
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(errors.ConfigError, match="DGC needs a codec with a residual"):
+        DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                             codec="topk", dgc=True, codec_for=lambda n, p: "none" if p.dim() == 1 else None, **FAST)
+    # The failed constructor left the job: the rank is free again.
+    DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                         **FAST).close()
+
+
+@pytest.mark.skipif(gradagg.cuda_device_count() == 0 or not torch.cuda.is_available(),
+                    reason="needs a CUDA build of libgradagg and a GPU")
+def test_cuda_tensors(server, job) -> None:
+    out = train_cuda(server, job)
+    for a, b in zip(out[0], out[1]):
+        assert torch.equal(a, b)
+
+
+def train_cuda(server, job):
+    def worker(r: int):
+        model = make_model(r).cuda()
+        x, y = (t.cuda() for t in rank_data(r))
+        with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=2,
+                                  lr=0.05, codec="2bit", threshold=0.02, **FAST) as opt:
+            assert all(t.cuda_device is not None for t in opt.client.tensors)
+            first = None
+            for _ in range(20):
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                first = loss.item() if first is None else first
+            assert loss.item() < first
+        return [p.detach().cpu() for p in model.parameters()]
+
+    return run_ranks(worker, 2, timeout=120)
