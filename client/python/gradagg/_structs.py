@@ -99,12 +99,8 @@ def abi_mismatches(layout: Callable[[bytes, Optional[bytes]], int]) -> List[str]
     return bad
 
 
-def check_abi(layout: Optional[Callable[[bytes, Optional[bytes]], int]], path: str) -> None:
-    """ImportError when the library's struct layouts differ from these mirrors. A library
-    without ga_client_abi_layout (built before issue 5) is not checked: ga_client_create and
-    ga_client_add_tensor still refuse a wrong options `version` (the struct size)."""
-    if layout is None:
-        return
+def check_abi(layout: Callable[[bytes, Optional[bytes]], int], path: str) -> None:
+    """ImportError when the library's struct layouts differ from these mirrors."""
     bad = abi_mismatches(layout)
     if bad:
         raise ImportError(f"gradagg: the ctypes structures do not match {path}:\n  " + "\n  ".join(bad) +

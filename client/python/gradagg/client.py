@@ -363,8 +363,6 @@ class Client:
         """(threshold, density) of tensor `index`'s last push: the (adapted) 2bit/1bit threshold
         and the fraction of elements sent as nonzero codes (NaN before the first step or for
         codecs other than 2bit). gradagg.errors.InvalError for a bad index or another codec."""
-        if _lib.ga_client_tensor_threshold is None:
-            raise NotImplementedError(f"{_lib.LIBRARY_PATH} has no ga_client_tensor_threshold (an older build)")
         t, d = ctypes.c_float(), ctypes.c_float(math.nan)
         with self._lock:
             st = _lib.ga_client_tensor_threshold(self._h(), _uint("index", index, (1 << 31) - 1),
