@@ -36,7 +36,7 @@ sys.path.insert(0, HERE)
 
 import netbench_net as nn  # noqa: E402
 import netbench_report as report  # noqa: E402
-from netbench_procs import Proc, cpu_s, vm_hwm  # noqa: E402
+from netbench_procs import Proc, cpu_s, free_port, metrics, reset_hwm, vm_status  # noqa: E402
 
 MIB = 1 << 20
 
@@ -76,6 +76,20 @@ SYSTEMS = {s.name: s for s in [
 DEFAULT_SYSTEMS = "gloo-fp32,gloo-fp16,none,fp16,2bit,topk,topk-fp32pull"
 
 
+@dataclass
+class Shard:
+    proc: Proc
+    addr: str  # host:port it listens on
+    prefix: List[str]  # runs a command in its namespace
+    metrics_url: str
+
+    def memory(self) -> Dict[str, float]:
+        """VmRSS now, the accounted allocator's bytes and the buffered push payloads."""
+        m = metrics(self.prefix, self.metrics_url, ["gradagg_memory_bytes", "gradagg_held_bytes"])
+        return {"vm_rss": vm_status(self.proc.pid, "VmRSS"), "vm_hwm": vm_status(self.proc.pid),
+                "accounted": m.get("gradagg_memory_bytes"), "held": m.get("gradagg_held_bytes")}
+
+
 class Interrupted(BaseException):
     """SIGTERM/SIGHUP: unwinds like Ctrl-C so every finally block cleans up."""
 
@@ -103,9 +117,9 @@ class Bench:
     def addr(self, link: str, node: str) -> str:
         return "127.0.0.1" if link == "lo" else self.net.nodes[node].addr
 
-    def spawn(self, name: str, argv: List[str], stdin: bool = False) -> Proc:
+    def spawn(self, name: str, argv: List[str], stdin: bool = False, env: Optional[Dict[str, str]] = None) -> Proc:
         log = os.path.join(self.logdir, f"{self.row_id:03d}-{name}.log")
-        p = Proc(f"{name} (row {self.row_id})", argv, log, env=self.env, stdin=stdin)
+        p = Proc(f"{name} (row {self.row_id})", argv, log, env=env or self.env, stdin=stdin)
         self.procs.append(p)
         return p
 
@@ -118,22 +132,26 @@ class Bench:
 
     # ---- servers ----
 
-    def start_shards(self, link: str, shards: int, deadline: float) -> List[Tuple[Proc, str]]:
+    def start_shards(self, link: str, shards: int, deadline: float) -> List[Shard]:
         out = []
         for k in range(shards):
             node = f"s{k}"
             data = tempfile.mkdtemp(prefix="gnb-data-")  # fresh: nothing to restore
             self.dirs.append(data)
-            listen = f"{self.addr(link, node)}:{0 if link == 'lo' else 7070}"
+            host = self.addr(link, node)
+            listen = f"{host}:{0 if link == 'lo' else 7070}"
+            admin = f"{host}:{free_port() if link == 'lo' else 7071}"  # /metrics: the accounted memory
+            env = dict(self.env, **dict(kv.split("=", 1) for kv in self.args.server_env))
             p = self.spawn(f"{node}-server", self.prefix(link, node) + [
-                self.args.server, "--listen", listen, "--admin-listen", "", "--data-dir", data,
-                "--journal-sync", self.args.journal_sync, "--log-level", "warn"])
+                self.args.server, "--listen", listen, "--admin-listen", admin, "--data-dir", data,
+                "--journal-sync", self.args.journal_sync, "--log-level", "warn"], env=env)
             while True:
                 line = p.next_line(deadline)
                 if line is None:
                     raise RuntimeError(f"{p.name} exited: {p.tail()}")
                 if "listening on " in line:
-                    out.append((p, line.split("listening on ", 1)[1].strip()))
+                    out.append(Shard(p, line.split("listening on ", 1)[1].strip(), self.prefix(link, node),
+                                     f"http://{admin}/metrics"))
                     break
         return out
 
@@ -144,7 +162,7 @@ class Bench:
         steps, warmup = self.steps_for(elements)
         deadline = time.monotonic() + a.run_timeout
         servers = self.start_shards(link, shards, deadline)
-        target = ",".join(addr for _, addr in servers)
+        target = ",".join(sh.addr for sh in servers)
         job = f"nb-{sysm.name}-{elements}"
         workers = []
         for r in range(a.world):
@@ -159,21 +177,24 @@ class Bench:
             workers.append(self.spawn(f"w{r}-gradagg", self.prefix(link, f"w{r}") + argv, stdin=True))
         for w in workers:
             w.next_event(deadline)  # "warm": joined, initialised, warm-up steps done
-        cpu0 = [cpu_s(p.pid) for p, _ in servers]
+        warm = [sh.memory() for sh in servers]  # its VmHWM: the peak of start-up, init and warm-up
+        for sh in servers:
+            reset_hwm(sh.proc.pid)  # from here VmHWM is the peak of the measured steps
+        cpu0 = [cpu_s(sh.proc.pid) for sh in servers]
         for w in workers:
             w.send("go")
         reports = [w.next_event(deadline) for w in workers]
-        cpu1 = [cpu_s(p.pid) for p, _ in servers]
-        hwm = [vm_hwm(p.pid) for p, _ in servers]
-        codes = [p.stop() for p, _ in servers]
+        cpu1 = [cpu_s(sh.proc.pid) for sh in servers]
+        end = [sh.memory() for sh in servers]
+        codes = [sh.proc.stop() for sh in servers]
         for w in workers:
             w.stop(grace=20)
         if any(c != 0 for c in codes):
             raise RuntimeError(f"a server exited with {codes} after SIGTERM")
         row = report.gradagg_row(reports, steps)
         row["server_cpu_s_per_step"] = sum(c1 - c0 for c0, c1 in zip(cpu0, cpu1)) / steps
-        row["shard_mem"] = [report.memory_check(h, elements, shards, a.world, row["bytes_pushed"], self.momentum)
-                            for h in hwm]
+        row["shard_mem"] = [report.memory_check(w0, e, elements, shards, a.world, row["bytes_pushed"], self.momentum)
+                            for w0, e in zip(warm, end)]
         return row
 
     def run_gloo(self, link: str, elements: int, sysm: System) -> Dict[str, Any]:
@@ -259,6 +280,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--big-steps", type=int, default=3, help="measured steps from 10M floats (1 warm-up)")
     ap.add_argument("--threads", type=int, default=1, help="each gradagg worker's encode/decode threads")
     ap.add_argument("--journal-sync", default="step", choices=("none", "step", "push"))
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment of the shards (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
     ap.add_argument("--run-timeout", type=float, default=600, help="seconds for one row, start to end")
     ap.add_argument("--probe-seconds", type=float, default=1.0)
     ap.add_argument("--json", default=os.path.join(REPO, "build/results/netbench.json"))

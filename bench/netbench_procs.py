@@ -103,10 +103,39 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def vm_hwm(pid: int) -> int:
-    """Peak resident set of pid in bytes (VmHWM in /proc/pid/status)."""
+def vm_status(pid: int, key: str = "VmHWM") -> int:
+    """A /proc/pid/status size in bytes: VmHWM (peak resident set), VmRSS."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmHWM for {pid}")
+    raise RuntimeError(f"no {key} for {pid}")
+
+
+def reset_hwm(pid: int) -> None:
+    """Restarts pid's VmHWM from its current VmRSS (Linux >= 4.0, root or the owner)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def metrics(argv_prefix: List[str], url: str, names: List[str]) -> Dict[str, float]:
+    """The named unlabelled-or-host samples of a Prometheus /metrics page, fetched with curl
+    (inside the shard's namespace through argv_prefix); {} when it cannot be read."""
+    try:
+        r = subprocess.run(argv_prefix + ["curl", "-s", "-m", "5", url], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out = {}
+    for line in r.stdout.splitlines():
+        for n in names:
+            if line.startswith(n + " ") or line.startswith(n + '{device="host"} '):
+                out[n] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -45,15 +45,20 @@ def gloo_row(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
             "ranks": reports}
 
 
-def memory_check(hwm: int, elements: int, shards: int, world: int, bytes_pushed: float, momentum: bool
-                 ) -> Dict[str, Any]:
+def memory_check(warm: Dict[str, Any], end: Dict[str, Any], elements: int, shards: int, world: int,
+                 bytes_pushed: float, momentum: bool) -> Dict[str, Any]:
     """A shard's bound: params + optimizer state + published copy (fp32, its share of the
-    elements) + W x its share of one worker's push payload + 64 MiB."""
+    elements) + W x its share of one worker's push payload + 64 MiB, against its peak RSS over
+    the whole run (warm: VmHWM of start-up, init and warm-up, then reset; end: the peak of the
+    measured steps)."""
     n = math.ceil(elements / shards)
     parts = {"params": 4 * n, "optimizer_state": 4 * n if momentum else 0, "published": 4 * n,
              "pushes": int(world * bytes_pushed / shards), "slack": MEM_SLACK}
     bound = sum(parts.values())
-    return {"vm_hwm": hwm, "bound": bound, "margin": bound - hwm, "ok": hwm <= bound, "parts": parts}
+    hwm = max(warm["vm_hwm"], end["vm_hwm"])
+    return {"vm_hwm": hwm, "vm_hwm_init": warm["vm_hwm"], "vm_hwm_steps": end["vm_hwm"], "vm_rss_end": end["vm_rss"],
+            "accounted_end": end["accounted"], "held_warm": warm["held"], "bound": bound, "margin": bound - hwm,
+            "ok": hwm <= bound, "parts": parts}
 
 
 def wire_bound(row: Dict[str, Any], bits: Optional[float], world: int) -> None:
@@ -141,13 +146,17 @@ def tables(info: Dict[str, Any]) -> str:
     if mem:
         out.append("\n**Shard peak RSS (VmHWM) against params + optimizer state + published copy + W × one "
                    "push + 64 MiB**\n")
-        out.append("| link | floats | system | S | shard | VmHWM MiB | bound MiB | margin MiB | ok |")
-        out.append("|---|---:|---|---|---|---:|---:|---:|---|")
+        out.append("| link | floats | system | S | shard | VmHWM MiB | bound MiB | margin MiB | ok "
+                   "| peak: init+warm-up / steps MiB | RSS at end MiB | accounted at end MiB |")
+        out.append("|---|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|")
         for r in mem:
             for k, m in enumerate(r["shard_mem"]):
+                acc = m.get("accounted_end")
                 out.append(f"| {r['link']} | {r['elements']:,} | {r['label']} | {r['shards']} | s{k} | "
                            f"{m['vm_hwm'] / MIB:.0f} | {m['bound'] / MIB:.0f} | {m['margin'] / MIB:.0f} | "
-                           f"{'yes' if m['ok'] else '**NO**'} |")
+                           f"{'yes' if m['ok'] else '**NO**'} | {m['vm_hwm_init'] / MIB:.0f} / "
+                           f"{m['vm_hwm_steps'] / MIB:.0f} | {m['vm_rss_end'] / MIB:.0f} | "
+                           f"{'' if acc is None else format(acc / MIB, '.0f')} |")
     return "\n".join(out)
 
 
