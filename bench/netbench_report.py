@@ -78,6 +78,10 @@ def wire_bound(row: Dict[str, Any], bits: Optional[float], world: int) -> None:
         worker = max(row["bytes_pushed"], row["bytes_pulled"])
         row["busiest_link"] = "shard" if shard >= worker else "worker"
         row["busiest_bytes"] = max(shard, worker)
+        # A sync step pulls only after every push is in: on the shard's link the pushes (in) and
+        # the pulls (out) take turns, so without overlap across steps this is the floor.
+        serial = world * (row["bytes_pushed"] + row["bytes_pulled"]) / s
+        row["serial_wire_s"] = serial * 8 / bits if bits else None
     row["wire_bound_s"] = row["busiest_bytes"] * 8 / bits if bits else None
     row["x_bound"] = row["median_s"] / row["wire_bound_s"] if bits else None
 
@@ -122,15 +126,15 @@ def tables(info: Dict[str, Any]) -> str:
             probe = info["probes"].get(link)
             out.append(f"\n**{link}, W = {rows[0]['world']}, {n:,} floats ({n * 4 / 1e6:g} MB)**"
                        + (f" — TCP probe {probe / 1e9:.3f} Gbit/s" if probe else "") + "\n")
-            out.append("| system | S | step s | gloo fp32 ÷ this | wire bound s | busiest link | this ÷ bound "
+            out.append("| system | S | step s | gloo fp32 ÷ this | wire bound s | busiest link | this ÷ bound | push then pull s "
                        "| encode | push | pull | decode | server CPU s | workers CPU s | CPU floor s "
                        "| MB pushed/worker | MB pulled/worker |")
-            out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in rows:
                 if r["link"] != link or r["elements"] != n:
                     continue
                 if r["status"] != "ok":
-                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | |")
+                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | | |")
                     continue
                 g = not r["shards"]
                 srv = r.get("server_cpu_s_per_step", 0.0)
@@ -138,6 +142,7 @@ def tables(info: Dict[str, Any]) -> str:
                 out.append("| " + " | ".join([
                     r["label"], str(r["shards"] or "–"), fmt(r["median_s"]), fmt(r.get("gloo_fp32_over_this"), ".2f"),
                     fmt(r.get("wire_bound_s")), r.get("busiest_link", ""), fmt(r.get("x_bound"), ".2f"),
+                    fmt(r.get("serial_wire_s")),
                     "" if g else fmt(r["encode_s"]), "" if g else fmt(r["push_s"]), "" if g else fmt(r["pull_s"]),
                     "" if g else fmt(r["decode_s"]), "" if g else fmt(srv), fmt(r["workers_cpu_s_per_step"]),
                     fmt(floor), "" if g else fmt(r["bytes_pushed"] / 1e6, ".2f"),
