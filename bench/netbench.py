@@ -36,7 +36,7 @@ sys.path.insert(0, HERE)
 
 import netbench_net as nn  # noqa: E402
 import netbench_report as report  # noqa: E402
-from netbench_procs import Proc, cpu_s, free_port, metrics, reset_hwm, vm_status  # noqa: E402
+from netbench_procs import Proc, cpu_s, free_port, metrics, reset_hwm, thread_cpu_s, vm_status  # noqa: E402
 
 MIB = 1 << 20
 
@@ -181,10 +181,12 @@ class Bench:
         for sh in servers:
             reset_hwm(sh.proc.pid)  # from here VmHWM is the peak of the measured steps
         cpu0 = [cpu_s(sh.proc.pid) for sh in servers]
+        thr0 = [thread_cpu_s(sh.proc.pid) for sh in servers]
         for w in workers:
             w.send("go")
         reports = [w.next_event(deadline) for w in workers]
         cpu1 = [cpu_s(sh.proc.pid) for sh in servers]
+        thr1 = [thread_cpu_s(sh.proc.pid) for sh in servers]
         end = [sh.memory() for sh in servers]
         codes = [sh.proc.stop() for sh in servers]
         for w in workers:
@@ -193,6 +195,7 @@ class Bench:
             raise RuntimeError(f"a server exited with {codes} after SIGTERM")
         row = report.gradagg_row(reports, steps)
         row["server_cpu_s_per_step"] = sum(c1 - c0 for c0, c1 in zip(cpu0, cpu1)) / steps
+        row["server_threads_cpu_s_per_step"] = [report.thread_split(t0, t1, steps) for t0, t1 in zip(thr0, thr1)]
         row["shard_mem"] = [report.memory_check(w0, e, elements, shards, a.world, row["bytes_pushed"], self.momentum)
                             for w0, e in zip(warm, end)]
         return row

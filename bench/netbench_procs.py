@@ -103,6 +103,22 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_s(pid: int) -> Dict[str, float]:
+    """CPU seconds of each thread of pid, by "comm+k", k = tid - pid (0: the main thread; unnamed
+    threads inherit the process's name, k tells them apart). Threads that ended are not counted."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        out[f"{comm}+{int(tid) - pid}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
 def vm_status(pid: int, key: str = "VmHWM") -> int:
     """A /proc/pid/status size in bytes: VmHWM (peak resident set), VmRSS."""
     with open(f"/proc/{pid}/status") as f:

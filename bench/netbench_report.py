@@ -45,6 +45,13 @@ def gloo_row(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
             "ranks": reports}
 
 
+def thread_split(before: Dict[str, float], after: Dict[str, float], steps: int) -> Dict[str, float]:
+    """CPU seconds per step of each of a shard's threads, the busiest first: whether one thread
+    (a serial bottleneck) or several did the work."""
+    by = {k: (t - before.get(k, 0.0)) / steps for k, t in after.items()}
+    return dict(sorted(((k, round(v, 4)) for k, v in by.items() if v > 0), key=lambda kv: -kv[1]))
+
+
 def memory_check(warm: Dict[str, Any], end: Dict[str, Any], elements: int, shards: int, world: int,
                  bytes_pushed: float, momentum: bool) -> Dict[str, Any]:
     """A shard's bound: params + optimizer state + published copy (fp32, its share of the
@@ -114,6 +121,8 @@ def row_line(r: Dict[str, Any]) -> str:
               f" srvCPU {r['server_cpu_s_per_step']:.3f}]")
         for k, m in enumerate(r["shard_mem"]):
             s += f"  s{k} RSS {m['vm_hwm'] / MIB:.0f}/{m['bound'] / MIB:.0f} MiB"
+        for k, t in enumerate(r.get("server_threads_cpu_s_per_step", [])):
+            s += f"  s{k} threads " + " ".join(f"{n}={v:.3f}" for n, v in list(t.items())[:4])
     return s
 
 
