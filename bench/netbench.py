@@ -347,7 +347,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         print(report.row_line(row), flush=True)
                         failed |= row["status"] == "failed"
     except (KeyboardInterrupt, Interrupted) as e:
-        print(f"\nnetbench: interrupted ({e or 'Ctrl-C'}); cleaning up", file=sys.stderr)
+        print(f"\nnetbench: interrupted ({str(e) or 'Ctrl-C'}); cleaning up", file=sys.stderr)
         failed = True
     finally:
         b.stop_all()
