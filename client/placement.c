@@ -8,7 +8,7 @@
 
 uint64_t ga_placement_hash(const char *name)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0xcbf29ce484222325ull; /* the FNV offset basis */
     for (const unsigned char *s = (const unsigned char *)name; *s; s++) h = (h ^ *s) * 1099511628211ull;
     return h;
 }
