@@ -4,8 +4,9 @@
  * shards, and small ones placed whole by name) with mean + SGD momentum and 2bit compressed
  * pulls. With 2 and 3 shards the final parameters are bit-identical to one shard; each shard
  * holds exactly its pieces (pulled back from it alone); a shard SIGKILLed mid-training and
- * restarted on its port and data dir is retried alone and changes nothing; bad shard lists,
- * async with several shards and an unreachable shard are refused with the shard named. */
+ * restarted on its port and data dir is retried alone and changes nothing; a step that reached
+ * one shard and not the other is made good by the next; bad shard lists, async with several
+ * shards and an unreachable shard are refused with the shard named. */
 #define _GNU_SOURCE /* mkdtemp */
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "chunks.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
 #include "placement.h"
@@ -350,6 +352,75 @@ static void a_restarted_shard_goes_on_alone(void **state)
     workers_free(killed);
 }
 
+/* One rank, two shards, optimizer none, fp32 everywhere, so every parameter is an exact sum:
+ * shard 1 is stopped (SIGSTOP) so that the push of step 3 reaches shard 0 but runs into its
+ * deadline on shard 1; after SIGCONT the next step pulls shard 0 and pushes to shard 1 alone
+ * (shard 0's part of that gradient waits on the worker), and the one after finds both shards at
+ * one version again. */
+static void a_failed_shard_catches_up(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    char list[256], msg[512];
+    shard_list(list, sizeof list, 2);
+    ga_client_options o = job_options(list, "catchup", 0);
+    o.world_size = 1;
+    o.mean = false;
+    o.optimizer = GA_SERVER_OPTIM_NONE;
+    o.pull_codec = GA_CODEC_NONE;
+    o.shard_split_elements = 2048;
+    o.call_timeout_ms = 1000;
+    static float params[N], g[6][N];
+    for (size_t i = 0; i < N; i++) params[i] = (float)i * 1e-3f;
+    for (int k = 0; k < 6; k++)
+        for (size_t i = 0; i < N; i++) g[k][i] = grad_value(0, k, 9, i);
+    ga_placement_piece p[GA_PLACEMENT_MAX_SHARDS];
+    assert_int_equal(ga_placement_plan("w", N, GA_CHUNK_ALIGN, 2048, 2, p), 2);
+    float base[N];
+    for (size_t i = 0; i < N; i++) base[i] = params[i] + g[0][i] + g[1][i] + g[2][i];
+
+    ga_client *c = NULL;
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
+    uint64_t shape[1] = {N};
+    assert_int_equal(ga_client_add_tensor(c, "w", shape, 1, params, NULL, NULL), GA_OK);
+    assert_int_equal(ga_client_init(c), GA_OK);
+    for (int k = 0; k < 3; k++) {
+        const float *gk[1] = {g[k]};
+        assert_int_equal(ga_client_step(c, gk), GA_OK);
+    }
+    kill(servers[1].pid, SIGSTOP);
+    const float *g3[1] = {g[3]};
+    ga_status st = ga_client_step(c, g3);
+    kill(servers[1].pid, SIGCONT);
+    assert_int_equal(st, GA_E_DEADLINE);
+    snprintf(msg, sizeof msg, "shard 1 (127.0.0.1:%d): push step 3: E_DEADLINE", servers[1].port);
+    if (strncmp(ga_client_error(c), msg, strlen(msg)) != 0) fail_msg("error: %s", ga_client_error(c));
+    assert_int_equal(ga_client_version(c), 3);
+    const float *g4[1] = {g[4]};
+    assert_int_equal(ga_client_step(c, g4), GA_OK);
+    assert_int_equal(ga_client_version(c), 4);
+    const float *g5[1] = {g[5]};
+    assert_int_equal(ga_client_step(c, g5), GA_OK);
+    assert_int_equal(ga_client_version(c), 5);
+    ga_client_destroy(c);
+    /* Shard 0 got g3 with step 3, and g4 added to g5 on the worker with step 5. Shard 1 got the
+     * step-3 push whose fate was unknown (not folded back: it may have counted) or, if it had
+     * not, g4 as step 3; then g5. */
+    int shard1_had_g3 = -1;
+    for (uint32_t j = 0; j < 2; j++) {
+        for (size_t i = p[j].off; i < p[j].off + p[j].count; i++) {
+            float want;
+            if (p[j].shard == 0) {
+                want = (base[i] + g[3][i]) + (g[5][i] + g[4][i]);
+            } else {
+                if (shard1_had_g3 < 0) shard1_had_g3 = params[i] == base[i] + g[3][i] + g[5][i];
+                want = base[i] + g[shard1_had_g3 ? 3 : 4][i] + g[5][i];
+            }
+            if (params[i] != want) fail_msg("w[%zu] (shard %u): %.9g, expected %.9g", i, p[j].shard, params[i], want);
+        }
+    }
+}
+
 static void bad_shard_lists(void **state)
 {
     (void)state;
@@ -399,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_match_one_shard),
         cmocka_unit_test(a_restarted_shard_goes_on_alone),
+        cmocka_unit_test(a_failed_shard_catches_up),
         cmocka_unit_test(bad_shard_lists),
         cmocka_unit_test(test_host_memory_returned),
     };
