@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +82,19 @@ static inline void ga_test_server_stop(ga_test_server *s, int sig)
     }
     close(s->out);
     if (sig == SIGTERM) assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* Lines of the server's log that contain needle (0 without a log). */
+static inline int ga_test_server_log_count(const ga_test_server *s, const char *needle)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f) return 0;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle)) n++;
+    fclose(f);
+    return n;
 }
 
 #endif

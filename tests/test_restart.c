@@ -56,18 +56,6 @@ static void server_start(server *s, int port) { ga_test_server_start(s, port, se
 
 static void server_kill(server *s, int sig) { ga_test_server_stop(s, sig); }
 
-static int count_in_file(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, needle)) n++;
-    fclose(f);
-    return n;
-}
-
 /* ---- the workers ---- */
 
 typedef struct worker {
@@ -194,7 +182,7 @@ static int train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, w
     server_kill(s, SIGTERM);
     for (int r = 0; r < W; r++)
         if (wk[r].st != GA_OK) fail_msg("rank %d: %s: %s", r, ga_strerror(wk[r].st), wk[r].err);
-    return count_in_file(s->log, "restore: job 'restart'");
+    return ga_test_server_log_count(s, "restore: job 'restart'");
 }
 
 static worker plain[W], killed[W];
@@ -263,7 +251,7 @@ static void test_sigkill_loses_nothing(void **state)
     assert_memory_equal(w->big, expect, sizeof expect);
     ga_client_destroy(c);
     server_kill(&a, SIGTERM);
-    assert_int_equal(count_in_file(a.log, "restore: skipping"), 1);
+    assert_int_equal(ga_test_server_log_count(&a, "restore: skipping"), 1);
 }
 
 int main(void)

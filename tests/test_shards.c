@@ -151,16 +151,6 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static int max_steps(void)
-{
-    int m = 0;
-    for (int r = 0; r < W; r++) {
-        int s = atomic_load(&steps_done[r]);
-        if (s > m) m = s;
-    }
-    return m;
-}
-
 /* "127.0.0.1:<port>,..." of the first n servers. */
 static void shard_list(char *buf, size_t cap, uint32_t n)
 {
@@ -179,7 +169,7 @@ static void workers_free(worker *wk)
         }
 }
 
-/* Trains job over the first nshards servers; kill_shard >= 0: SIGKILL that server once a worker
+/* Trains job over the first nshards servers; kill_shard >= 0: SIGKILL that server once rank 0
  * finished kill_after steps and start it again on its port and data dir. */
 static void train(worker *wk, uint32_t nshards, const char *job, int kill_shard, int kill_after)
 {
@@ -201,7 +191,7 @@ static void train(worker *wk, uint32_t nshards, const char *job, int kill_shard,
     for (int r = 0; r < W; r++) assert_int_equal(pthread_create(&wk[r].thread, NULL, worker_main, &wk[r]), 0);
     if (kill_shard >= 0) {
         double end = ga_test_now_s() + TIMEOUT_S;
-        while (max_steps() < kill_after && ga_test_now_s() < end) {
+        while (atomic_load(&steps_done[0]) < kill_after && ga_test_now_s() < end) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
@@ -323,32 +313,20 @@ static void shards_match_one_shard(void **state)
     workers_free(three);
 }
 
-static int count_in_file(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, needle)) n++;
-    fclose(f);
-    return n;
-}
-
 static void a_restarted_shard_goes_on_alone(void **state)
 {
     (void)state;
     static worker killed[W];
-    int before = count_in_file(servers[1].log, "restore: job 'killed'");
+    int before = ga_test_server_log_count(&servers[1], "restore: job 'killed'");
     train(killed, 3, "killed", 1, 5);
     expect_identical(killed, one, "three shards, shard 1 restarted");
-    assert_true(count_in_file(servers[1].log, "restore: job 'killed'") > before);
+    assert_true(ga_test_server_log_count(&servers[1], "restore: job 'killed'") > before);
     uint64_t retries = 0;
     for (int r = 0; r < W; r++) retries += killed[r].stats.retries;
     assert_true(retries > 0);
     /* Only shard 1 restarted: the others never restored the job. */
-    assert_int_equal(count_in_file(servers[0].log, "restore: job 'killed'"), 0);
-    assert_int_equal(count_in_file(servers[2].log, "restore: job 'killed'"), 0);
+    assert_int_equal(ga_test_server_log_count(&servers[0], "restore: job 'killed'"), 0);
+    assert_int_equal(ga_test_server_log_count(&servers[2], "restore: job 'killed'"), 0);
     workers_free(killed);
 }
 

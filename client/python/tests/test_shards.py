@@ -1,6 +1,6 @@
-"""Sharding through the Python API: the same DistributedOptimizer run over one and over two
-gradagg-server processes ends with bit-identical parameters, the split weight lives half on each
-shard, and async jobs refuse a shard list."""
+"""Sharding through the Python API: the same Client run over one and over two gradagg-server
+processes ends with bit-identical parameters, the split weight lives half on each shard, and
+async jobs refuse a shard list."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,18 +8,13 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
 import gradagg
 from gradagg import errors
-from gradagg.torch import DistributedOptimizer
-from _util import FAST, run_ranks
+from _util import FAST, regression_data, regression_grads, regression_init, regression_loss, run_ranks
 from conftest import Server
 
-torch.set_num_threads(1)
-
-SPLIT = 2048  # shard_split_elements: the 64x64 weight (4 units of 1024) is cut, the rest is not
+SPLIT = 2048  # shard_split_elements: the 64x64 weight (4 units of 1024) is cut, the bias is not
 
 
 @pytest.fixture
@@ -47,26 +42,23 @@ def fnv1a(name: str) -> int:
 
 
 def train(server: Any, job: str, world: int = 2, steps: int = 20) -> List[Dict[str, Any]]:
+    """The _util regression model (its gradient has no BLAS, so two runs of the same math agree to
+    the bit) with a 64x64 weight, 2bit, that SPLIT cuts in two, and a bias sent whole."""
     def worker(r: int) -> Dict[str, Any]:
-        torch.manual_seed(r)  # different per rank: init() makes them equal
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
-        g = torch.Generator().manual_seed(100 + r)
-        x = torch.randn(64, 64, generator=g)
-        y = torch.tanh(x[:, :4])
+        x, y = regression_data(r, n=16, d=64, k=64)
+        w, b = regression_init(d=64, k=64)
         losses = []
-        with DistributedOptimizer(model.named_parameters(), server=server, job=job, rank=r, world_size=world,
-                                  lr=0.05, momentum=0.5, codec="2bit", threshold=0.01, pull_codec="2bit",
-                                  pull_threshold=0.002, shard_split_elements=SPLIT, chunk_bytes=4096,
-                                  codec_for=lambda name, p: "none" if p.dim() == 1 else None, **FAST) as opt:
+        with gradagg.Client(server, job, r, world, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
+                            pull_codec="2bit", pull_threshold=0.002, shard_split_elements=SPLIT, chunk_bytes=4096,
+                            **FAST) as c:
+            c.add_tensor("w", w, codec="2bit", threshold=0.01)
+            c.add_tensor("b", b)
+            c.init()
             for _ in range(steps):
-                opt.zero_grad()
-                loss = F.mse_loss(model(x), y)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-            version = opt.client.version
-        return dict(params={n: p.detach().clone() for n, p in model.named_parameters()}, losses=losses,
-                    version=version)
+                c.step(regression_grads(w, b, x, y))
+                losses.append(regression_loss(w, b, [(x, y)]))
+            version = c.version
+        return dict(w=w, b=b, losses=losses, version=version)
 
     return run_ranks(worker, world, timeout=120)
 
@@ -78,20 +70,20 @@ def test_two_shards_match_one(two_servers: Tuple[Server, Server], job: str) -> N
     for out in (one, two):
         for o in out:
             assert o["version"] == 20
-            assert o["losses"][-1] < 0.8 * o["losses"][0], o["losses"]
+            assert o["losses"][-1] < 0.98 * o["losses"][0], o["losses"]  # 2bit moves it slowly: it learns
     for r in range(2):
-        for name, p in one[0]["params"].items():
-            assert torch.equal(two[r]["params"][name], p), f"rank {r} '{name}' differs from one shard"
+        for name in ("w", "b"):
+            assert np.array_equal(two[r][name], one[0][name]), f"rank {r} '{name}' differs from one shard"
 
     # Each shard alone holds its half of the cut weight, under the piece's name, as a 1-D tensor.
-    weight = one[0]["params"]["0.weight"].numpy().reshape(-1)
-    first = fnv1a("0.weight") % 2
+    weight = one[0]["w"].reshape(-1)
+    first = fnv1a("w") % 2
     for s, server in enumerate((a, b)):
         j = (s - first) % 2  # piece j of 2 lives on shard (first + j) mod 2
         piece = np.zeros(2048, np.float32)
         with gradagg.Client(server.addr, job + "_two", 0, 2, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
                             pull_codec="2bit", pull_threshold=0.002, **FAST) as c:
-            c.add_tensor(f"0.weight@{j}/2", piece, codec="2bit", threshold=0.01)
+            c.add_tensor(f"w@{j}/2", piece, codec="2bit", threshold=0.01)
             c.init()
             assert c.version == 20
         assert np.array_equal(piece, weight[2048 * j:2048 * (j + 1)]), f"shard {s}"
