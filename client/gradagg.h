@@ -74,7 +74,8 @@ typedef struct ga_client_options {
     /* Sharding (docs/protocol.md, "Sharding"): `server` may list several addresses,
      * "h1:p1,h2:p2,...", the shards (independent servers), in the same order on every rank. A
      * tensor of at least this many elements is cut into one range per shard; smaller ones go
-     * whole to one shard. 0 = never cut. Every rank must pass the same value. */
+     * whole to one shard. 0 = never cut. Every rank must pass the same value.
+     * GA_CLIENT_OPTIONS_INIT: 1 << 20 (a 4 MiB fp32 tensor is worth pushing in parallel). */
     uint64_t shard_split_elements;
 } ga_client_options;
 
@@ -175,7 +176,9 @@ ga_status ga_client_init(ga_client *c);
  *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
  *    may have been written: they hold a mix) and the next ga_client_step pulls first.
  * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
- * version the push acknowledgement names. */
+ * version the push acknowledgement names. With several shards these rules hold per shard for its
+ * pieces; when a step reached some shards and not others, the next call pulls the first and
+ * pushes to the others alone (docs/protocol.md, "Sharding"). */
 ga_status ga_client_step(ga_client *c, const float *const *grads);
 
 /* DGC warm-up epoch (0-based); call at each epoch start. */
