@@ -107,12 +107,13 @@ ga_status ga_client_device_store(ga_client *c)
     return st;
 }
 
-ga_status ga_client_device_fold_back(ga_client *c, ga_tensor *t, float *into)
+ga_status ga_client_device_fold_back(ga_client *c, ga_tensor *t, float *into, const bool *mask)
 {
     /* Earlier encodes' copies out of dbuf must be done before it is overwritten. */
     ga_status st = ga_exec_sync(&c->dex);
     for (size_t k = 0; k < t->nparts && st == GA_OK; k++) {
         ga_push_part *p = &t->parts[k];
+        if (mask && !mask[t->pieces[p->piece].shard]) continue;
         st = ga_device_copy(&c->dex, t->dbuf + p->pos, t->buf + p->pos, p->len);
         if (st == GA_OK)
             st = ga_codec_decode_add(&c->dex, t->codec, &p->params, t->dbuf + p->pos, p->len, p->count, into + p->off);

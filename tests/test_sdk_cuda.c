@@ -147,16 +147,16 @@ static void device_matches_host(ga_codec_id codec)
     }
 
     /* A refused push (a step the server has not opened): folded back on the device. */
-    uint64_t open_d = dc->step, open_h = hc->step;
-    dc->step += 3;
-    hc->step += 3;
+    uint64_t open_d = dc->shards[0].step, open_h = hc->shards[0].step;
+    dc->shards[0].step += 3;
+    hc->shards[0].step += 3;
     gradient(g, 100);
     to_device(dg, g, N);
     const float *gd[1] = {dg}, *gh[1] = {g};
     assert_int_equal(ga_client_step(dc, gd), GA_E_STEP_FUTURE);
     assert_int_equal(ga_client_step(hc, gh), GA_E_STEP_FUTURE);
-    dc->step = open_d;
-    hc->step = open_h;
+    dc->shards[0].step = open_d;
+    hc->shards[0].step = open_h;
     expect_same(dc, hc, dparams, hparams, tmp, "after the fold-back");
     if (codec == GA_CODEC_NONE) assert_true(dc->tensors[0].late_pending);
 
