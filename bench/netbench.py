@@ -182,9 +182,11 @@ class Bench:
             reset_hwm(sh.proc.pid)  # from here VmHWM is the peak of the measured steps
         cpu0 = [cpu_s(sh.proc.pid) for sh in servers]
         thr0 = [thread_cpu_s(sh.proc.pid) for sh in servers]
+        link0 = self.counters(link)
         for w in workers:
             w.send("go")
         reports = [w.next_event(deadline) for w in workers]
+        link1 = self.counters(link)
         cpu1 = [cpu_s(sh.proc.pid) for sh in servers]
         thr1 = [thread_cpu_s(sh.proc.pid) for sh in servers]
         end = [sh.memory() for sh in servers]
@@ -195,6 +197,7 @@ class Bench:
             raise RuntimeError(f"a server exited with {codes} after SIGTERM")
         row = report.gradagg_row(reports, steps)
         row["server_cpu_s_per_step"] = sum(c1 - c0 for c0, c1 in zip(cpu0, cpu1)) / steps
+        row["link_bytes_per_step"] = report.link_delta(link0, link1, steps)
         row["server_threads_cpu_s_per_step"] = [report.thread_split(t0, t1, steps) for t0, t1 in zip(thr0, thr1)]
         row["shard_mem"] = [report.memory_check(w0, e, elements, shards, a.world, row["bytes_pushed"], self.momentum)
                             for w0, e in zip(warm, end)]
@@ -209,11 +212,21 @@ class Bench:
         ranks = [self.spawn(f"w{r}-gloo", self.prefix(link, f"w{r}") + [
             sys.executable, os.path.join(HERE, "netbench_gloo.py"), "--rank", str(r), "--world", str(a.world),
             "--master", master, "--iface", "lo" if link == "lo" else nn.IFACE, "--elements", str(elements),
-            "--dtype", sysm.gloo, "--warmup", str(warmup), "--steps", str(steps)]) for r in range(a.world)]
+            "--dtype", sysm.gloo, "--warmup", str(warmup), "--steps", str(steps)], stdin=True)
+            for r in range(a.world)]
+        for p in ranks:
+            p.next_event(deadline)  # "warm"
+        link0 = self.counters(link)
+        for p in ranks:
+            p.send("go")
         reports = [p.next_event(deadline) for p in ranks]
+        link1 = self.counters(link)
         for p in ranks:
             p.stop(grace=20)
-        return report.gloo_row(reports)
+        return dict(report.gloo_row(reports), link_bytes_per_step=report.link_delta(link0, link1, steps))
+
+    def counters(self, link: str) -> Optional[Dict[str, List[int]]]:
+        return None if link == "lo" else self.net.counters()
 
     def steps_for(self, elements: int) -> Tuple[int, int]:
         big = elements >= 10_000_000

@@ -3,8 +3,9 @@
 
 All-reduces the rank's fixed gradient (bench/netbench_grads.py, the tensors the gradagg workers
 push) --warmup + --steps times as fp32 or fp16 (cast there and back inside the timed step, as
-bench/gloo_allreduce.py does), each step after a barrier, checks the first elements of the sum,
-and prints {"event": "done", "steps": [{"wall_s", "cpu_s"}, ...]}.
+bench/gloo_allreduce.py does), each step after a barrier; after the warm-up it prints
+{"event": "warm"} and waits for a "go" line on stdin. Checks the first elements of the sum and
+prints {"event": "done", "steps": [{"wall_s", "cpu_s"}, ...]}.
 """
 import argparse
 import json
@@ -39,6 +40,10 @@ def main() -> int:
         dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world)
         steps = []
         for i in range(a.warmup + a.steps):
+            if i == a.warmup:  # the orchestrator reads the link counters, then says go
+                print(json.dumps({"event": "warm", "rank": a.rank}), flush=True)
+                if sys.stdin.readline().strip() != "go":
+                    raise RuntimeError("no go line on stdin")
             dist.barrier()
             c0, t0 = time.process_time(), time.perf_counter()
             buf = g.half() if a.dtype == "fp16" else g.clone()

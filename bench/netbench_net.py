@@ -90,6 +90,17 @@ class Network:
                 else:
                     sh(*prefix, "qdisc", "replace", "dev", dev, "root", *tbf_args(bits))
 
+    def counters(self) -> Dict[str, List[int]]:
+        """Bytes each node has received and sent so far, [rx, tx], read on the bridge side of its
+        veth (what the bridge sends is what the node receives): every byte tbf meters, headers
+        included."""
+        out = {}
+        for name, node in self.nodes.items():
+            stat = f"/sys/class/net/{node.host_if}/statistics"
+            with open(f"{stat}/tx_bytes") as f_tx, open(f"{stat}/rx_bytes") as f_rx:
+                out[name] = [int(f_tx.read()), int(f_rx.read())]
+        return out
+
     def exec_prefix(self, node: str) -> List[str]:
         return ["ip", "netns", "exec", self.nodes[node].ns]
 

@@ -68,6 +68,25 @@ def memory_check(warm: Dict[str, Any], end: Dict[str, Any], elements: int, shard
             "ok": hwm <= bound, "parts": parts}
 
 
+def link_delta(before: Optional[Dict[str, List[int]]], after: Optional[Dict[str, List[int]]], steps: int
+               ) -> Optional[Dict[str, List[float]]]:
+    """Bytes per measured step each node received and sent, [in, out] (None on lo)."""
+    if before is None or after is None:
+        return None
+    return {n: [(after[n][0] - before[n][0]) / steps, (after[n][1] - before[n][1]) / steps] for n in after}
+
+
+def measured_busiest(row: Dict[str, Any], bits: Optional[float]) -> None:
+    """The node whose link carried the most bytes one way per step (link counters: payload,
+    framing and TCP/IP/Ethernet headers, all that tbf meters), and that way's time at the rate."""
+    lb = row.get("link_bytes_per_step")
+    if not lb:
+        return
+    node, (rx, tx) = max(lb.items(), key=lambda kv: max(kv[1]))
+    row["measured_busiest"] = {"node": node, "in": rx, "out": tx}
+    row["measured_wire_s"] = max(rx, tx) * 8 / bits if bits else None
+
+
 def wire_bound(row: Dict[str, Any], bits: Optional[float], world: int) -> None:
     """Payload bytes on the busiest link / link rate (headers and protocol framing not counted).
     gradagg, S shards: a shard's link carries W pushes in and W pulls out of its 1/S share, a
@@ -75,6 +94,7 @@ def wire_bound(row: Dict[str, Any], bits: Optional[float], world: int) -> None:
     2(W-1)/W x the tensor each way."""
     if row.get("status") != "ok":
         return
+    measured_busiest(row, bits)
     if row["shards"] == 0:
         size = row["elements"] * (4 if row["system"] == "gloo-fp32" else 2)
         each_way = 2 * (world - 1) / world * size
@@ -101,6 +121,11 @@ def finish_rows(rows: List[Dict[str, Any]], link: str, elements: int, world: int
         wire_bound(r, nn.rate_bits(link), world)
         if r["status"] == "ok":
             r["gloo_fp32_over_this"] = ref["median_s"] / r["median_s"] if ref else None
+
+
+def busiest_cell(r: Dict[str, Any]) -> str:
+    m = r.get("measured_busiest")
+    return f"{m['node']}: {m['in'] / 1e6:.1f} / {m['out'] / 1e6:.1f}" if m else ""
 
 
 def fmt(v: Optional[float], spec: str = ".3f") -> str:
@@ -136,14 +161,15 @@ def tables(info: Dict[str, Any]) -> str:
             out.append(f"\n**{link}, W = {rows[0]['world']}, {n:,} floats ({n * 4 / 1e6:g} MB)**"
                        + (f" — TCP probe {probe / 1e9:.3f} Gbit/s" if probe else "") + "\n")
             out.append("| system | S | step s | gloo fp32 ÷ this | wire bound s | busiest link | this ÷ bound | push then pull s "
+                       "| measured busiest link: MB in / out per step | its wire s "
                        "| encode | push | pull | decode | server CPU s | workers CPU s | CPU floor s "
                        "| MB pushed/worker | MB pulled/worker |")
-            out.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            out.append("|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in rows:
                 if r["link"] != link or r["elements"] != n:
                     continue
                 if r["status"] != "ok":
-                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | | |")
+                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | | | | |")
                     continue
                 g = not r["shards"]
                 srv = r.get("server_cpu_s_per_step", 0.0)
@@ -151,7 +177,7 @@ def tables(info: Dict[str, Any]) -> str:
                 out.append("| " + " | ".join([
                     r["label"], str(r["shards"] or "–"), fmt(r["median_s"]), fmt(r.get("gloo_fp32_over_this"), ".2f"),
                     fmt(r.get("wire_bound_s")), r.get("busiest_link", ""), fmt(r.get("x_bound"), ".2f"),
-                    fmt(r.get("serial_wire_s")),
+                    fmt(r.get("serial_wire_s")), busiest_cell(r), fmt(r.get("measured_wire_s")),
                     "" if g else fmt(r["encode_s"]), "" if g else fmt(r["push_s"]), "" if g else fmt(r["pull_s"]),
                     "" if g else fmt(r["decode_s"]), "" if g else fmt(srv), fmt(r["workers_cpu_s_per_step"]),
                     fmt(floor), "" if g else fmt(r["bytes_pushed"] / 1e6, ".2f"),
