@@ -219,6 +219,9 @@ def plot(info: Dict[str, Any], path: str) -> None:
             labels = [r["label"] + (f" S={r['shards']}" if r["shards"] else "") for r in mine]
             y = list(range(len(mine)))
             ax.barh(y, [r["median_s"] for r in mine], color=["#888" if not r["shards"] else "#3a7" for r in mine])
+            ref = next((r for r in mine if r["system"] == "gloo-fp32"), None)
+            if ref:
+                ax.axvline(ref["median_s"], color="#555", linestyle="--", linewidth=0.8)
             bounds = [(k, r["wire_bound_s"]) for k, r in enumerate(mine) if r.get("wire_bound_s")]
             if bounds:
                 ax.plot([b for _, b in bounds], [k for k, _ in bounds], "k|", markersize=14, label="wire bound")
