@@ -92,8 +92,8 @@ class Network:
 
     def counters(self) -> Dict[str, List[int]]:
         """Bytes each node has received and sent so far, [rx, tx], read on the bridge side of its
-        veth (what the bridge sends is what the node receives): every byte tbf meters, headers
-        included."""
+        veth (what the bridge sends is what the node receives). GSO super-packets count their
+        headers once, so this is the payload plus little more."""
         out = {}
         for name, node in self.nodes.items():
             stat = f"/sys/class/net/{node.host_if}/statistics"

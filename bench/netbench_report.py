@@ -77,8 +77,8 @@ def link_delta(before: Optional[Dict[str, List[int]]], after: Optional[Dict[str,
 
 
 def measured_busiest(row: Dict[str, Any], bits: Optional[float]) -> None:
-    """The node whose link carried the most bytes one way per step (link counters: payload,
-    framing and TCP/IP/Ethernet headers, all that tbf meters), and that way's time at the rate."""
+    """The node whose link carried the most bytes one way per step (the veth byte counters), and
+    that way's time at the rate: checks which link is busiest and that the split is even."""
     lb = row.get("link_bytes_per_step")
     if not lb:
         return
