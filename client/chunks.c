@@ -26,6 +26,16 @@ ga_status ga_chunks_for_codec(ga_codec_id codec, const ga_codec_params *params, 
     return GA_OK;
 }
 
+ga_status ga_chunks_push_elems(ga_codec_id codec, const ga_codec_params *params, size_t chunk_bytes,
+                               size_t *elems)
+{
+    size_t e;
+    ga_status st = ga_chunks_for_codec(codec, params, chunk_bytes, &e);
+    if (st != GA_OK) return st;
+    *elems = e < GA_CHUNK_MAX_ELEMS ? e : GA_CHUNK_MAX_ELEMS;
+    return GA_OK;
+}
+
 size_t ga_chunks_count(size_t n, size_t elems) { return n / elems + (n % elems != 0); }
 
 void ga_chunks_range(size_t n, size_t elems, size_t i, size_t *off, size_t *count)

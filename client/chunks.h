@@ -21,6 +21,15 @@ size_t ga_chunks_elems(size_t block_bytes, size_t chunk_bytes);
 ga_status ga_chunks_for_codec(ga_codec_id codec, const ga_codec_params *params, size_t chunk_bytes,
                               size_t *elems);
 
+/* Most elements per pushed chunk whatever the codec: bounds the DGC masking scratch and the work
+ * a single encode call does (topk payloads are tiny, so chunk_bytes alone would allow hundreds of
+ * millions of elements). */
+#define GA_CHUNK_MAX_ELEMS ((size_t)4 << 20)
+
+/* Elements per pushed chunk: ga_chunks_for_codec, at most GA_CHUNK_MAX_ELEMS. */
+ga_status ga_chunks_push_elems(ga_codec_id codec, const ga_codec_params *params, size_t chunk_bytes,
+                               size_t *elems);
+
 /* Number of chunks of a tensor of n elements, elems per chunk (elems > 0). */
 size_t ga_chunks_count(size_t n, size_t elems);
 

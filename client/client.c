@@ -1,5 +1,6 @@
-/* The client's life: options, Join with retries, tensors, the step sequence, errors and
- * stats, Leave. The work of a step lives in push.c (encode, push, fold-back) and pull.c. */
+/* The client's life: options, Join with retries, tensors and their placement over the shards,
+ * the step sequence, errors and stats, Leave. The work of a step lives in push.c (encode, push,
+ * fold-back) and pull.c; shard.c runs it on every shard at once. */
 #define _POSIX_C_SOURCE 200809L
 #include "client_internal.h"
 
@@ -45,14 +46,14 @@ static const char *short_name(ga_status st)
     return strncmp(name, "GA_", 3) == 0 ? name + 3 : name;
 }
 
-ga_status ga_client_fail_call(ga_client *c, ga_status st, const char *why, const char *what, ...)
+ga_status ga_shard_fail_call(ga_shard *sh, ga_status st, const char *why, const char *what, ...)
 {
     char head[256];
     va_list ap;
     va_start(ap, what);
     vsnprintf(head, sizeof head, what, ap);
     va_end(ap);
-    snprintf(c->err, sizeof c->err, "%s: %s: %s", head, short_name(st), why && why[0] ? why : ga_strerror(st));
+    snprintf(sh->err, sizeof sh->err, "%s: %s: %s", head, short_name(st), why && why[0] ? why : ga_strerror(st));
     return st;
 }
 
@@ -70,36 +71,41 @@ static void sleep_ms(uint32_t ms)
     }
 }
 
-static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap);
+static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
 
-/* The server came back without this worker's membership (restored from a checkpoint older than
+/* The shard came back without this worker's membership (restored from a checkpoint older than
  * the join) or without the job (its data was lost): join again as the same incarnation, and
- * re-create the tensors from the parameters this worker holds when the job came back empty. */
-static ga_status rejoin(ga_client *c, char *why, size_t cap)
+ * re-create the shard's pieces from the parameters this worker holds when the job came back
+ * empty. Only this shard: the others never lost anything. */
+static ga_status rejoin(ga_client *c, ga_shard *sh, char *why, size_t cap)
 {
     Gradagg__V1__JoinResponse *resp = NULL;
-    ga_status st = join_attempt(c, &resp, why, cap);
+    ga_status st = join_attempt(c, sh, &resp, why, cap);
     if (st != GA_OK) return st;
     bool empty = resp->n_tensors == 0;
     protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
-    c->stats.rejoins++;
-    return empty && c->inited ? ga_client_send_init(c) : GA_OK;
+    sh->rejoins++;
+    if (!empty || !c->inited || !sh->used) return GA_OK;
+    /* Its message would name the init; the caller's names what was interrupted. */
+    st = ga_shard_send_init(c, sh);
+    if (st != GA_OK) snprintf(why, cap, "%s", sh->err);
+    return st;
 }
 
-ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
+ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
 {
     uint32_t delay = c->opt.backoff_ms;
     for (uint32_t tries = 0;; tries++) {
         why[0] = '\0';
-        ga_status st = attempt(c, arg, why, cap);
+        ga_status st = attempt(c, sh, arg, why, cap);
         if ((st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB) && c->joined && tries < c->opt.max_retries) {
-            st = rejoin(c, why, cap);
+            st = rejoin(c, sh, why, cap);
             if (st == GA_OK) continue;
         }
         /* A draining server answers E_DRAINING (gRPC UNAVAILABLE): its replacement will take the
          * call, as it would after a lost connection. */
         if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING) || tries >= c->opt.max_retries) return st;
-        c->stats.retries++;
+        sh->retries++;
         sleep_ms(delay);
         delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;
     }
@@ -175,6 +181,9 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     if (o->rank >= o->world_size)
         BAD(GA_E_CONFIG, "options: rank %u outside [0, world_size %u)", o->rank, o->world_size);
     if (o->mode != GA_MODE_SYNC && o->mode != GA_MODE_ASYNC) BAD(GA_E_CONFIG, "options: unknown mode %d", (int)o->mode);
+    /* Async versions count each shard's own commits: they could not stay in step. */
+    if (o->mode == GA_MODE_ASYNC && strchr(o->server, ','))
+        BAD(GA_E_INVAL, "options: async jobs take one shard, server lists several ('%s')", o->server);
     if (o->quorum > o->world_size)
         BAD(GA_E_CONFIG, "options: quorum %u exceeds world_size %u", o->quorum, o->world_size);
     ga_exec ex = GA_EXEC_CPU_INIT;
@@ -223,7 +232,7 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
 #undef BAD
 }
 
-static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap)
+static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
 {
     Gradagg__V1__JoinResponse **out = arg;
     const ga_client_options *o = &c->opt;
@@ -264,9 +273,36 @@ static ga_status join_attempt(ga_client *c, void *arg, char *why, size_t cap)
     req.incarnation = c->incarnation;
     req.config = &cfg;
     ProtobufCMessage *resp = NULL;
-    ga_status st = ga_call_unary(c->ch, GA_METHOD_JOIN, &req.base, o->call_timeout_ms, &resp, why, cap);
+    ga_status st = ga_call_unary(sh->ch, GA_METHOD_JOIN, &req.base, o->call_timeout_ms, &resp, why, cap);
     if (st == GA_OK) *out = (Gradagg__V1__JoinResponse *)resp;
     return st;
+}
+
+static ga_status join_task(ga_client *c, ga_shard *sh)
+{
+    Gradagg__V1__JoinResponse *resp = NULL;
+    char why[256];
+    ga_status st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
+    if (st != GA_OK)
+        return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", c->job, c->opt.rank, sh->addr);
+    sh->version = resp->version;
+    sh->step = resp->open_step;
+    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
+    return GA_OK;
+}
+
+/* Best effort: a worker that goes away should not hold its rank. */
+static ga_status leave_task(ga_client *c, ga_shard *sh)
+{
+    Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
+    req.job = c->job;
+    req.rank = c->opt.rank;
+    req.incarnation = c->incarnation;
+    ProtobufCMessage *resp = NULL;
+    char why[128];
+    if (ga_call_unary(sh->ch, GA_METHOD_LEAVE, &req.base, c->opt.call_timeout_ms, &resp, why, sizeof why) == GA_OK)
+        protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+    return GA_OK;
 }
 
 /* Receive limit: the server's pull chunks are sized by the server, not by chunk_bytes. */
@@ -283,8 +319,9 @@ static void wipe(void *p, size_t n)
     while (n--) *v++ = 0;
 }
 
-/* TLS and the token: the paths are read now, so the client keeps none of them. */
-static ga_status open_channel(ga_client *c, const ga_client_options *opt)
+/* A channel per shard, each with the same TLS settings and token: the paths are read now, so
+ * the client keeps none of them. */
+static ga_status open_channels(ga_client *c, const ga_client_options *opt)
 {
     char authz[16 + 4096];
     bool token = opt->auth_token && opt->auth_token[0];
@@ -293,10 +330,14 @@ static ga_status open_channel(ga_client *c, const ga_client_options *opt)
     ga_channel_security sec = {opt->tls_ca_file, opt->tls_cert_file, opt->tls_key_file, opt->tls_target_name,
                                token ? authz : NULL};
     char why[sizeof c->err - 64];
-    ga_status st = ga_channel_create_secure(c->server, message_limit(opt->chunk_bytes), &sec, &c->ch, why, sizeof why);
+    ga_status st = GA_OK;
+    for (uint32_t i = 0; i < c->nshards && st == GA_OK; i++) {
+        ga_shard *sh = &c->shards[i];
+        st = ga_channel_create_secure(sh->addr, message_limit(opt->chunk_bytes), &sec, &sh->ch, why, sizeof why);
+        if (st != GA_OK) ga_client_fail(c, st, "channel to %s: %s", sh->addr, why);
+    }
     if (token) wipe(authz, sizeof authz);
-    if (st != GA_OK) return ga_client_fail(c, st, "channel to %s: %s", c->server, why);
-    return GA_OK;
+    return st;
 }
 
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap)
@@ -322,21 +363,24 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->ex.max_threads = opt->threads;
     c->incarnation = opt->incarnation ? opt->incarnation : new_incarnation();
 
-    st = open_channel(c, opt);
+    if ((st = ga_shards_parse(c, c->server)) != GA_OK) goto fail;
+    st = open_channels(c, opt);
     c->opt.tls_ca_file = c->opt.tls_cert_file = c->opt.tls_key_file = c->opt.tls_target_name = NULL;
-    c->opt.auth_token = NULL; /* borrowed by create only; the channel holds its own copy */
-    if (st != GA_OK) goto fail;
-    Gradagg__V1__JoinResponse *resp = NULL;
-    char why[256];
-    st = ga_client_retry(c, join_attempt, &resp, why, sizeof why);
-    if (st != GA_OK) {
-        ga_client_fail_call(c, st, why, "join job '%s' rank %u at %s", c->job, opt->rank, c->server);
+    c->opt.auth_token = NULL; /* borrowed by create only; the channels hold their own copy */
+    if (st != GA_OK || (st = ga_shards_start(c)) != GA_OK) goto fail;
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
+    ga_shards_run(c, join_task);
+    if ((st = ga_shards_error(c)) != GA_OK) {
+        /* The shards that did join should not hold the rank. */
+        for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].st == GA_OK;
+        char err[sizeof c->err];
+        memcpy(err, c->err, sizeof err);
+        ga_shards_run(c, leave_task);
+        memcpy(c->err, err, sizeof err);
         goto fail;
     }
-    c->version = resp->version;
-    c->step = resp->open_step;
+    c->version = ga_shards_version(c);
     c->joined = true;
-    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
     *out = c;
     return GA_OK;
 
@@ -346,7 +390,7 @@ nomem:
 fail:
     if (msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "create: out of memory");
     if (c) {
-        ga_channel_destroy(c->ch);
+        ga_shards_free(c);
         ga_free(c->server);
         ga_free(c->job);
         ga_free(c);
@@ -359,11 +403,17 @@ fail:
 static void tensor_free(ga_tensor *t)
 {
     ga_free(t->name);
+    for (uint32_t j = 0; t->pieces && j < t->npieces; j++) ga_free(t->pieces[j].name);
+    ga_free(t->pieces);
     ga_free(t->shape);
-    ga_free(t->residual);
+    if (t->device) {
+        ga_client_device_tensor_free(t);
+    } else {
+        ga_free(t->residual);
+        ga_free(t->work);
+        ga_free(t->late);
+    }
     ga_free(t->u);
-    ga_free(t->work);
-    ga_free(t->late);
     ga_free(t->buf);
     ga_free(t->parts);
 }
@@ -371,23 +421,15 @@ static void tensor_free(ga_tensor *t)
 void ga_client_destroy(ga_client *c)
 {
     if (!c) return;
-    if (c->ch) {
-        /* Best effort: a worker that goes away should not hold its rank. */
-        Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
-        req.job = c->job;
-        req.rank = c->opt.rank;
-        req.incarnation = c->incarnation;
-        ProtobufCMessage *resp = NULL;
-        char why[128];
-        if (ga_call_unary(c->ch, GA_METHOD_LEAVE, &req.base, c->opt.call_timeout_ms, &resp, why, sizeof why) ==
-            GA_OK)
-            protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
-        ga_channel_destroy(c->ch);
-    }
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
+    ga_shards_run(c, leave_task);
+    ga_shards_free(c);
     for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
     ga_free(c->tensors);
     ga_free(c->scratch);
     ga_free(c->sample);
+    ga_device_free(c->dscratch);
+    ga_cuda_stream_destroy(c->stream);
     ga_free(c->server);
     ga_free(c->job);
     ga_free(c);
@@ -417,6 +459,8 @@ static ga_status check_tensor(ga_client *c, const char *name, const uint64_t *sh
     for (size_t i = 0; i < c->ntensors; i++)
         if (strcmp(c->tensors[i].name, name) == 0)
             return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': name already registered", name);
+    if (c->nshards > 1 && strchr(name, '@'))
+        return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': '@' is kept for the names of shard pieces", name);
     *n = (size_t)prod;
     return GA_OK;
 }
@@ -438,6 +482,17 @@ static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_ten
         if ((st = ga_auto_resolve(&o->auto_threshold, &a, why, sizeof why)) != GA_OK)
             return ga_client_fail(c, st, "add_tensor '%s': %s", name, why);
     }
+    if (o->device) {
+        if (!ga_cuda_built())
+            return ga_client_fail(c, GA_E_NO_CUDA, "add_tensor '%s': device tensor, but libgradagg was built without CUDA",
+                                  name);
+        if (ga_cuda_device_count() == 0)
+            return ga_client_fail(c, GA_E_NO_DEVICE, "add_tensor '%s': device tensor, but no CUDA device is available",
+                                  name);
+        if (o->dgc.enabled || o->auto_threshold.enabled)
+            return ga_client_fail(c, GA_E_INVAL, "add_tensor '%s': %s is for host tensors only, not device ones", name,
+                                  o->dgc.enabled ? "DGC" : "auto_threshold");
+    }
     const ga_dgc_options *d = &o->dgc;
     if (!d->enabled) return GA_OK;
     if (!ga_codec_has_residual(o->codec))
@@ -451,6 +506,28 @@ static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_ten
     if (!(d->clip_norm >= 0.0f) || isinf(d->clip_norm))
         return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC clip_norm %g must be finite and >= 0", name,
                               (double)d->clip_norm);
+    return GA_OK;
+}
+
+/* t's pieces over the shards (placement.h): the same on every rank for the same options. */
+static ga_status place_tensor(ga_client *c, ga_tensor *t)
+{
+    size_t unit;
+    ga_status st = ga_placement_unit(t->codec, &t->cp, c->opt.chunk_bytes, &unit);
+    if (st != GA_OK) return st;
+    ga_placement_piece plan[GA_PLACEMENT_MAX_SHARDS];
+    uint32_t np = ga_placement_plan(t->name, t->n, unit, c->opt.shard_split_elements, c->nshards, plan);
+    if (!(t->pieces = ga_calloc(np, sizeof *t->pieces))) return GA_E_NOMEM;
+    t->npieces = np;
+    for (uint32_t j = 0; j < np; j++) {
+        ga_piece *pc = &t->pieces[j];
+        pc->shard = plan[j].shard;
+        pc->off = plan[j].off;
+        pc->count = plan[j].count;
+        size_t len = (size_t)ga_placement_piece_name(t->name, j, np, NULL, 0) + 1;
+        if (!(pc->name = ga_malloc(len))) return GA_E_NOMEM;
+        ga_placement_piece_name(t->name, j, np, pc->name, len);
+    }
     return GA_OK;
 }
 
@@ -482,6 +559,7 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
     t.ndim = ndim;
     t.n = n;
     t.params = params;
+    t.device = opt->device;
     t.codec = opt->codec;
     t.cp = cp;
     t.dgc = opt->dgc;
@@ -491,8 +569,23 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
     }
     t.threshold = cp.threshold;
     t.density = NAN;
-    if (ok && ga_codec_has_residual(opt->codec)) ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
+    if (t.device) {
+        t.dparams = params;
+        t.params = NULL;
+        if (ok && (st = ga_client_device_tensor(c, &t)) != GA_OK) {
+            tensor_free(&t);
+            return ga_client_fail(c, st, "add_tensor '%s': device buffers for %zu elements: %s", name, n,
+                                  ga_strerror(st));
+        }
+    } else if (ok && ga_codec_has_residual(opt->codec)) {
+        ok = (t.residual = ga_calloc(n, sizeof(float))) != NULL;
+    }
     if (ok && t.dgc.enabled && t.dgc.momentum != 0.0f) ok = (t.u = ga_calloc(n, sizeof(float))) != NULL;
+    if (ok && (st = place_tensor(c, &t)) != GA_OK) {
+        tensor_free(&t);
+        if (st == GA_E_NOMEM) return ga_client_fail(c, st, "add_tensor '%s': out of memory", name);
+        return ga_client_fail(c, st, "add_tensor '%s': placing it over the shards: %s", name, ga_strerror(st));
+    }
     if (!ok) {
         tensor_free(&t);
         return ga_client_fail(c, GA_E_NOMEM, "add_tensor '%s': out of memory for %zu elements", name, n);
@@ -506,17 +599,41 @@ ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *s
 
 /* ---- init and steps ---- */
 
+/* Which piece of each tensor lives on each shard; a shard without any takes no part in steps. */
+static ga_status map_pieces(ga_client *c)
+{
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        ga_free(sh->pieces); /* a failed init may be followed by more tensors */
+        if (!(sh->pieces = ga_calloc(c->ntensors, sizeof *sh->pieces))) return GA_E_NOMEM;
+        sh->used = false;
+    }
+    for (size_t k = 0; k < c->ntensors; k++) {
+        for (uint32_t j = 0; j < c->tensors[k].npieces; j++) {
+            ga_piece *pc = &c->tensors[k].pieces[j];
+            c->shards[pc->shard].pieces[k] = pc;
+            c->shards[pc->shard].used = true;
+        }
+    }
+    return GA_OK;
+}
+
 ga_status ga_client_init(ga_client *c)
 {
     if (!c) return GA_E_INVAL;
     if (c->inited) return ga_client_fail(c, GA_E_INVAL, "init: already done");
     if (c->ntensors == 0) return ga_client_fail(c, GA_E_INVAL, "init: no tensors registered");
+    /* Device tensors send their device values: through the host mirror. */
+    ga_status st = ga_client_device_load(c);
+    if (st != GA_OK) return ga_client_fail(c, st, "init: copying device tensors to the host: %s", ga_strerror(st));
+    if (map_pieces(c) != GA_OK) return ga_client_fail(c, GA_E_NOMEM, "init: out of memory");
     /* Safe to repeat after a failure: a second init of the same tensors is a no-op. */
-    ga_status st = ga_client_send_init(c);
-    if (st != GA_OK) return st;
-    c->params_exact = false;
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].used;
+    ga_shards_run(c, ga_shard_send_init);
+    if ((st = ga_shards_error(c)) != GA_OK) return st;
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].exact = false;
     if ((st = ga_client_pull(c, 0)) != GA_OK) return st;
-    c->step = c->version;
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].step = c->shards[i].version;
     c->inited = true;
     return clear_error(c);
 }
@@ -529,6 +646,28 @@ static bool push_maybe_counted(ga_status st)
     return st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT;
 }
 
+/* The shards whose last pull failed fetch the parameters their acknowledged push made, before
+ * new gradients go anywhere. */
+static ga_status catch_up(ga_client *c)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        sh->active = sh->used && sh->pull_pending;
+        sh->want = sh->pull_min;
+        any |= sh->active;
+    }
+    if (!any) return GA_OK;
+    ga_status st = ga_client_pull_shards(c);
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->active || sh->st != GA_OK) continue;
+        sh->pull_pending = false;
+        if (c->opt.mode == GA_MODE_SYNC) sh->step = sh->version;
+    }
+    return st;
+}
+
 ga_status ga_client_step(ga_client *c, const float *const *grads)
 {
     if (!c) return GA_E_INVAL;
@@ -539,50 +678,76 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
     c->stats.encode_s = c->stats.push_s = c->stats.pull_s = c->stats.decode_s = 0.0;
     c->stats.bytes_pushed = c->stats.bytes_pulled = 0;
     ga_status st;
-    if (c->pull_pending) {
-        /* The last push counted but its parameters never arrived: fetch them before these
-         * gradients go anywhere. */
-        if ((st = ga_client_pull(c, c->pull_min)) != GA_OK) return st;
-        c->pull_pending = false;
-        if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
+    if (c->device_stale && (st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "step: copying version %llu to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
+    if ((st = catch_up(c)) != GA_OK) return st;
+
+    /* Sync: every shard pushes the same step. A shard that fell behind (its push failed while
+     * the others' went through) catches up alone; the others' parts wait in the residual. */
+    uint64_t step = ga_client_push_step(c);
+    bool fold[GA_PLACEMENT_MAX_SHARDS] = {false}, folding = false;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        fold[i] = c->shards[i].used && c->shards[i].step != step;
+        folding |= fold[i];
     }
 
     double t0 = ga_client_now();
-    st = ga_client_encode(c, grads);
+    st = ga_client_encode(c, grads, step);
     double t1 = ga_client_now();
     c->stats.encode_s = t1 - t0;
     if (st != GA_OK) return st;
 
-    uint64_t ack_version = 0;
-    st = ga_client_push(c, &ack_version);
+    uint64_t ack;
+    ga_client_push(c, &ack); /* each shard's outcome, below */
     c->stats.push_s = ga_client_now() - t1;
-    uint64_t min_version;
-    if (st == GA_E_STEP_CLOSED) {
-        /* A straggler: its step closed without it. Nothing is lost: the payloads go back into
-         * the residual and travel with the next step. */
-        if ((st = ga_client_fold_back(c)) != GA_OK) return st;
-        c->stats.late_pushes++;
-        min_version = c->step + 1;
-    } else if (st != GA_OK) {
-        if (!push_maybe_counted(st)) {
-            char msg[sizeof c->err];
-            memcpy(msg, c->err, sizeof msg);
-            ga_client_fold_back(c);
-            memcpy(c->err, msg, sizeof msg);
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->active) continue;
+        if (sh->st == GA_E_STEP_CLOSED) {
+            /* A straggler: its step closed without it. Nothing is lost: the payloads go back
+             * into the residual and travel with the next step. */
+            sh->st = GA_OK;
+            fold[i] = folding = true;
+            c->stats.late_pushes++;
+            sh->want = sh->step + 1;
+        } else if (sh->st == GA_OK) {
+            sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
+            if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
+        } else if (!push_maybe_counted(sh->st)) {
+            fold[i] = folding = true;
+        }
+    }
+    ga_status fold_st = folding ? ga_client_fold_back(c, fold) : GA_OK;
+    char fold_err[sizeof c->err];
+    memcpy(fold_err, c->err, sizeof fold_err);
+    st = ga_shards_error(c);
+    if (st == GA_OK && fold_st != GA_OK) {
+        st = fold_st;
+        memcpy(c->err, fold_err, sizeof fold_err);
+    }
+    if (st != GA_OK) {
+        /* The shards that took the push still owe its parameters. */
+        for (uint32_t i = 0; i < c->nshards; i++) {
+            ga_shard *sh = &c->shards[i];
+            if (!sh->active || sh->st != GA_OK) continue;
+            sh->pull_pending = true;
+            sh->pull_min = sh->want;
         }
         return st;
-    } else if (c->opt.mode == GA_MODE_ASYNC) {
-        min_version = ack_version;
-        c->step++; /* async: the worker's own push counter (tells a retried push apart) */
-    } else {
-        min_version = c->step + 1;
     }
-    if ((st = ga_client_pull(c, min_version)) != GA_OK) {
-        c->pull_pending = true;
-        c->pull_min = min_version;
-        return st;
+    st = ga_client_pull_shards(c);
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->active) continue;
+        if (sh->st != GA_OK) {
+            sh->pull_pending = true;
+            sh->pull_min = sh->want;
+        } else if (c->opt.mode == GA_MODE_SYNC) {
+            sh->step = sh->version;
+        }
     }
-    if (c->opt.mode == GA_MODE_SYNC) c->step = c->version;
+    if (st != GA_OK) return st;
     c->stats.steps++;
     return clear_error(c);
 }

@@ -3,28 +3,45 @@
 #ifndef GA_CLIENT_INTERNAL_H
 #define GA_CLIENT_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "chunks.h"
 #include "gradagg.h"
+#include "placement.h"
 #include "rpc_client.h"
 
 /* One encoded chunk of a push, kept until the push is acknowledged: a retry resends exactly
  * these bytes (re-encoding would move the residual twice). */
 typedef struct ga_push_part {
-    size_t off, count;       /* element range */
+    size_t off, count;       /* element range, in the whole tensor */
+    uint32_t piece;          /* the tensor's piece (so the shard) it belongs to */
     size_t pos, len;         /* payload: buf[pos, pos + len) of the tensor's push buffer */
     ga_codec_params params;  /* as sent (topk: this step's ratio and seed) */
 } ga_push_part;
 
+/* A tensor's piece on one shard (placement.h): the whole tensor, or a range of a split one. */
+typedef struct ga_piece {
+    uint32_t shard;
+    size_t off, count;
+    char *name;             /* the name it carries on its shard (owned) */
+} ga_piece;
+
 typedef struct ga_tensor {
     char *name;
+    ga_piece *pieces;          /* in element order, each on a different shard */
+    uint32_t npieces;
     uint64_t *shape;
     int ndim;
     size_t n;
-    float *params;             /* borrowed from the caller */
+    float *params;             /* borrowed from the caller; device tensors: the owned host mirror
+                                  that init sends from and pulls write into */
+    bool device;               /* ga_tensor_options.device: residual, late, work on the device */
+    float *dparams;            /* device tensors: the caller's device buffer */
+    uint8_t *dbuf;             /* device tensors: payload staging (encode, fold-back) */
+    size_t dbuf_cap;
     ga_codec_id codec;
     ga_codec_params cp;        /* defaulted, only the codec's own fields set */
     ga_dgc_options dgc;
@@ -36,7 +53,8 @@ typedef struct ga_tensor {
     float step_threshold;      /* planned for the open step; kept by encode_tensor */
     bool step_have;
     float clip_s;              /* DGC: this step's clipping coefficient (plan_tensor) */
-    float *residual;           /* n floats when the codec has one; DGC: the accumulation v */
+    float *residual;           /* n floats when the codec has one; DGC: the accumulation v
+                                  (device memory for device tensors, as are work and late) */
     float *u;                  /* DGC momentum (momentum != 0) */
     float *work;               /* n floats: clipped / Nesterov-corrected / late-folded gradient */
     float *late;               /* codecs without a residual: late pushes, added to the next step */
@@ -47,43 +65,105 @@ typedef struct ga_tensor {
     size_t nparts, parts_cap;
 } ga_tensor;
 
+typedef struct ga_shard ga_shard;
+
+/* A task of ga_shards_run, on the shard's own thread: returns its status, a message in sh->err. */
+typedef ga_status (*ga_shard_fn)(ga_client *c, ga_shard *sh);
+
+/* One server of the job (one address of the list). Its thread runs the client's tasks that
+ * name it; everything else (and the fields, between tasks) belongs to the client's thread. */
+struct ga_shard {
+    ga_client *client;
+    uint32_t index;
+    char *addr;            /* "host:port" (owned) */
+    ga_channel *ch;
+    ga_piece **pieces;     /* per tensor: its piece here, or NULL (set by ga_client_init) */
+    bool used;             /* holds a piece: takes part in init and steps */
+    uint64_t version;      /* the version its pieces hold in the buffers */
+    bool exact;            /* they hold it exactly, so a delta may apply */
+    uint64_t step;         /* the step its next push carries (sync: the open step; async: a counter) */
+    bool pull_pending;     /* a push was acknowledged but its pull failed: pull first */
+    uint64_t pull_min;
+    /* The current task: whether it runs here, its input and output, and its figures (added to
+     * the client's stats when ga_shards_run returns). */
+    bool active;
+    uint64_t want;         /* pull: least version */
+    uint64_t ack;          /* push: the version the acknowledgement names */
+    ga_status st;
+    char err[512];
+    uint64_t retries, rejoins, bytes_pulled;
+    double apply_s;
+    pthread_t thread;      /* shards 1..n-1 when n > 1; shard 0's tasks run on the caller */
+    bool has_thread;
+    uint64_t seen;         /* the task generation it ran last */
+};
+
 struct ga_client {
     ga_client_options opt; /* server and job point at owned copies; the TLS paths and the
-                              token are NULL (create reads them into the channel) */
+                              token are NULL (create reads them into the channels) */
     char *server, *job;
-    ga_channel *ch;
+    ga_shard *shards;      /* one per address of opt.server, in its order */
+    uint32_t nshards;
+    /* The shard threads: a task generation, posted by ga_shards_run. */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    bool pool;             /* mu and the conditions exist */
+    uint64_t gen;
+    uint32_t pending;
+    bool quit;
+    ga_shard_fn task;
     ga_exec ex;
     uint64_t incarnation;
     ga_tensor *tensors;
     size_t ntensors, tensors_cap;
     bool inited;
     bool joined; /* ga_client_create's join succeeded: a lost membership is joined again */
-    uint64_t version;      /* the version the params buffers hold */
-    bool params_exact;     /* the buffers hold `version` exactly, so a delta may apply */
-    uint64_t step;         /* the step the next push carries (sync: the open step; async: a counter) */
-    bool pull_pending;     /* a push was acknowledged but its pull failed: pull first */
-    uint64_t pull_min;
+    uint64_t version;      /* the version the params buffers hold (sharded: the least of the shards') */
     uint32_t epoch;
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */
     size_t scratch_n;
     float *sample;         /* automatic threshold: one tensor's sample */
     size_t sample_n;
+    ga_exec dex;           /* device tensors: CUDA on the client's own stream */
+    void *stream;          /* owned (ga_cuda_stream_create), made by the first device tensor */
+    float *dscratch;       /* device: the finite check's output, one chunk */
+    size_t dscratch_n;
+    bool device_stale;     /* a pull succeeded but its copy to the device buffers did not */
     char err[512];
 };
 
 /* Records and returns st with the message fmt (printf) in c->err. GA_OK clears it. */
 ga_status ga_client_fail(ga_client *c, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Records a failed call: "<what>: E_NAME: <why>" (ga_strerror(st) when why is empty). */
-ga_status ga_client_fail_call(ga_client *c, ga_status st, const char *why, const char *what, ...)
+/* Records a failed call of shard sh: "<what>: E_NAME: <why>" (ga_strerror(st) when why is
+ * empty) in sh->err. */
+ga_status ga_shard_fail_call(ga_shard *sh, ga_status st, const char *why, const char *what, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* One attempt of a call; writes the reason of a failure into why[0..cap). */
-typedef ga_status (*ga_attempt_fn)(ga_client *c, void *arg, char *why, size_t cap);
+/* One attempt of a call to shard sh; writes the reason of a failure into why[0..cap). */
+typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
 /* Runs attempt, again after a backoff while it returns GA_E_UNAVAILABLE and retries remain
  * (backoff_ms doubling up to backoff_max_ms, at most max_retries more times; each counts in
- * stats.retries). Returns the last attempt's status; why holds its reason. */
-ga_status ga_client_retry(ga_client *c, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
+ * sh->retries); a lost membership of a joined client is joined again first (sh->rejoins).
+ * Returns the last attempt's status; why holds its reason. */
+ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
+
+/* Shards (shard.c). */
+/* Splits opt.server into c->shards (owned addresses; GA_E_INVAL with a message in c->err for an
+ * empty entry or more than GA_PLACEMENT_MAX_SHARDS). */
+ga_status ga_shards_parse(ga_client *c, const char *list);
+/* Starts the threads of shards 1..n-1 (none for one shard). */
+ga_status ga_shards_start(ga_client *c);
+/* Runs fn for every shard with sh->active (shard 0 on the caller), concurrently, and returns
+ * when all are done; sh->st holds each status. The shards' figures go into c->stats. */
+void ga_shards_run(ga_client *c, ga_shard_fn fn);
+/* The first failed active shard's status (GA_OK when none), its message in c->err, prefixed with
+ * the shard's address when there are several. */
+ga_status ga_shards_error(ga_client *c);
+/* Stops and joins the threads, destroys the channels, frees the shards. */
+void ga_shards_free(ga_client *c);
+/* The least version the used shards' pieces hold (what the buffers hold as a whole). */
+uint64_t ga_shards_version(const ga_client *c);
 
 /* Monotonic seconds. */
 double ga_client_now(void);
@@ -91,11 +171,43 @@ double ga_client_now(void);
 /* Copies the fields `codec` reads (ga_codec_params_default when p is all zero); the rest 0. */
 ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p);
 
-/* The steps of one training step, each in its own file. */
-ga_status ga_client_encode(ga_client *c, const float *const *grads); /* push.c */
+/* The steps of one training step, each in its own file. A mask of shards (bool per shard)
+ * picks the parts whose piece lives on them; NULL = every shard. */
+/* Encodes every tensor once into its parts (push.c); step seeds topk and the threshold sample. */
+ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step);
+/* The step the next push carries: the least sh->step of the used shards. */
+uint64_t ga_client_push_step(const ga_client *c);                   /* push.c */
+/* Pushes the encoded parts to every used shard at that step (all of them unless one fell
+ * behind), concurrently: sh->active marks them, sh->st and sh->ack say how each went. Returns
+ * the first failure (GA_E_STEP_CLOSED included) with its message in c->err, else GA_OK and the
+ * least acknowledged version in *ack_version. */
 ga_status ga_client_push(ga_client *c, uint64_t *ack_version);      /* push.c */
-ga_status ga_client_fold_back(ga_client *c);                        /* push.c */
+/* Folds the encoded parts of the masked shards back into the residual (or late). */
+ga_status ga_client_fold_back(ga_client *c, const bool *mask);      /* push.c */
+/* Pulls every active shard's pieces at version >= sh->want, concurrently, then copies device
+ * tensors; the first error is returned (c->err), sh->st says how each went. */
+ga_status ga_client_pull_shards(ga_client *c);                      /* pull.c */
+/* ga_client_pull_shards of every used shard at version >= min_version. */
 ga_status ga_client_pull(ga_client *c, uint64_t min_version);       /* pull.c */
-ga_status ga_client_send_init(ga_client *c);                        /* init.c */
+/* Shard task: InitTensors of sh's pieces. */
+ga_status ga_shard_send_init(ga_client *c, ga_shard *sh);           /* init.c */
+
+/* Device tensors (device.c). */
+/* Makes the client's CUDA stream (once) and t's mirror and zeroed device residual. */
+ga_status ga_client_device_tensor(ga_client *c, ga_tensor *t);
+void ga_client_device_tensor_free(ga_tensor *t);
+/* Grows a device buffer to at least want bytes; the old contents need not survive. */
+ga_status ga_client_device_reserve(void **buf, size_t *cap, size_t want);
+/* Zeroes bytes of device memory at p (queued on c->dex). */
+ga_status ga_client_device_zero(ga_client *c, void *p, size_t bytes);
+/* GA_E_NONFINITE when the device gradient g of t holds NaN or Inf; nothing else changes. */
+ga_status ga_client_device_finite(ga_client *c, const ga_tensor *t, const float *g);
+/* Copies every device tensor's buffer into its mirror (before init sends it). */
+ga_status ga_client_device_load(ga_client *c);
+/* Copies every mirror to its device buffer (after a successful pull); device_stale until it
+ * succeeds. */
+ga_status ga_client_device_store(ga_client *c);
+/* Adds t's encoded host payloads (t->parts of the masked shards) back into `into` (device memory). */
+ga_status ga_client_device_fold_back(ga_client *c, ga_tensor *t, float *into, const bool *mask);
 
 #endif

@@ -9,6 +9,11 @@
  * retried; a failed TLS handshake looks like UNAVAILABLE. Errors are ga_status values (ga_status.h) with a message from
  * ga_client_error.
  *
+ * Sharding: with several server addresses the client joins every shard, cuts large tensors into
+ * one range per shard and places small ones whole, pushes to and pulls from all shards at once
+ * (one internal thread per shard after the first) and ends a step when every shard answered;
+ * errors name the shard. Async jobs take one shard (GA_E_INVAL).
+ *
  * Threads: a client is used by one thread at a time; different clients are independent. */
 #ifndef GRADAGG_H
 #define GRADAGG_H
@@ -34,7 +39,8 @@ typedef enum ga_server_optim { GA_SERVER_OPTIM_NONE = 0, GA_SERVER_OPTIM_SGD = 1
  * others must pass the same (GA_E_JOB_CONFIG otherwise). */
 typedef struct ga_client_options {
     uint32_t version;          /* sizeof(ga_client_options): set by GA_CLIENT_OPTIONS_INIT */
-    const char *server;        /* "host:port" (borrowed, copied at create) */
+    const char *server;        /* "host:port", or the shards' "h1:p1,h2:p2,..." (borrowed, copied at
+                                  create; see shard_split_elements) */
     const char *job;           /* job name (copied) */
     uint32_t rank;             /* in [0, world_size) */
     uint32_t world_size;
@@ -65,13 +71,19 @@ typedef struct ga_client_options {
                                     by address); NULL = that host */
     const char *auth_token;      /* the job's bearer token, sent as "authorization: Bearer <token>"
                                     with every call; NULL = none */
+    /* Sharding (docs/protocol.md, "Sharding"): `server` may list several addresses,
+     * "h1:p1,h2:p2,...", the shards (independent servers), in the same order on every rank. A
+     * tensor of at least this many elements is cut into one range per shard; smaller ones go
+     * whole to one shard. 0 = never cut. Every rank must pass the same value.
+     * GA_CLIENT_OPTIONS_INIT: 1 << 20 (a 4 MiB fp32 tensor is worth pushing in parallel). */
+    uint64_t shard_split_elements;
 } ga_client_options;
 
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
-     NULL, NULL, NULL, NULL, NULL}
+     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). */
 typedef struct ga_dgc_options {
@@ -108,7 +120,11 @@ typedef struct ga_tensor_options {
      * on the device by the CUDA codec (residual kept on the device) and only the payload is
      * copied to the host; pulled parameters are decoded into a host mirror and copied to the
      * device. GA_E_NO_CUDA / GA_E_NO_DEVICE at add_tensor when the library or the machine has no
-     * CUDA; GA_E_INVAL with DGC or the automatic threshold (host tensors only). */
+     * CUDA; GA_E_INVAL with DGC or the automatic threshold (host tensors only). The SDK works on
+     * its own non-blocking stream, made on the calling thread's current device at the first
+     * device add_tensor: whatever writes the gradients (or reads params) on another stream must
+     * be finished before ga_client_init / ga_client_step (synchronise it); each call returns
+     * with its own device work done. */
     bool device;
 } ga_tensor_options;
 
@@ -160,7 +176,9 @@ ga_status ga_client_init(ga_client *c);
  *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
  *    may have been written: they hold a mix) and the next ga_client_step pulls first.
  * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
- * version the push acknowledgement names. */
+ * version the push acknowledgement names. With several shards these rules hold per shard for its
+ * pieces; when a step reached some shards and not others, the next call pulls the first and
+ * pushes to the others alone (docs/protocol.md, "Sharding"). */
 ga_status ga_client_step(ga_client *c, const float *const *grads);
 
 /* DGC warm-up epoch (0-based); call at each epoch start. */

@@ -1,16 +1,17 @@
-/* InitTensors: every registered tensor's current values as its initial value, streamed in
- * aligned fp32 chunks straight from the caller's buffers, with retries (the first init of a
- * tensor wins; a repeated one is a no-op, so a retry is harmless). */
+/* InitTensors: every registered tensor's current values as its initial value, each shard getting
+ * its pieces (a split tensor's range as a 1-D tensor of its own), streamed in aligned fp32 chunks
+ * straight from the caller's buffers, with retries (the first init of a tensor wins; a repeated
+ * one is a no-op, so a retry is harmless). */
 #include <stdio.h>
 
 #include "client_internal.h"
 #include "ga_wire.h"
 
-static ga_status init_attempt(ga_client *c, void *arg, char *why, size_t cap)
+static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
 {
     (void)arg;
     ga_stream *s = NULL;
-    ga_status st = ga_stream_open(c->ch, GA_METHOD_INIT, c->opt.call_timeout_ms, &s);
+    ga_status st = ga_stream_open(sh->ch, GA_METHOD_INIT, c->opt.call_timeout_ms, &s);
     if (st != GA_OK) {
         snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
         return st;
@@ -22,16 +23,19 @@ static ga_status init_attempt(ga_client *c, void *arg, char *why, size_t cap)
     chunk.incarnation = c->incarnation;
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];
-        chunk.tensor = t->name;
-        chunk.n_shape = (size_t)t->ndim;
-        chunk.shape = t->shape;
-        size_t nchunks = ga_chunks_count(t->n, elems);
+        const ga_piece *pc = sh->pieces[i];
+        if (!pc) continue;
+        uint64_t range_shape = pc->count;
+        chunk.tensor = pc->name;
+        chunk.n_shape = t->npieces == 1 ? (size_t)t->ndim : 1;
+        chunk.shape = t->npieces == 1 ? t->shape : &range_shape;
+        size_t nchunks = ga_chunks_count(pc->count, elems);
         for (size_t k = 0; k < nchunks && st == GA_OK; k++) {
             size_t off, count;
-            ga_chunks_range(t->n, elems, k, &off, &count);
+            ga_chunks_range(pc->count, elems, k, &off, &count);
             chunk.offset = off;
             chunk.count = count;
-            st = ga_stream_send(s, &chunk.base, t->params + off, count * sizeof(float));
+            st = ga_stream_send(s, &chunk.base, t->params + pc->off + off, count * sizeof(float));
         }
     }
     if (st == GA_OK) st = ga_stream_close_send(s);
@@ -53,10 +57,12 @@ static ga_status init_attempt(ga_client *c, void *arg, char *why, size_t cap)
     return st;
 }
 
-ga_status ga_client_send_init(ga_client *c)
+ga_status ga_shard_send_init(ga_client *c, ga_shard *sh)
 {
+    size_t n = 0;
+    for (size_t i = 0; i < c->ntensors; i++) n += sh->pieces[i] != NULL;
     char why[256];
-    ga_status st = ga_client_retry(c, init_attempt, NULL, why, sizeof why);
-    if (st != GA_OK) return ga_client_fail_call(c, st, why, "init of %zu tensors", c->ntensors);
+    ga_status st = ga_shard_retry(c, sh, init_attempt, NULL, why, sizeof why);
+    if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "init of %zu tensors", n);
     return GA_OK;
 }

@@ -1,6 +1,8 @@
-/* The pull side of a step: a Pull stream for a version >= min_version, fp32 chunks written into
- * the caller's buffers as they come, compressed deltas held until the stream ended OK and then
- * added (a broken pull never leaves half a delta applied), with retries. */
+/* The pull side of a step: on every shard at once, a Pull stream for a version >= min_version
+ * of its pieces, fp32 chunks written into the caller's buffers (a device tensor's host mirror)
+ * as they come, compressed deltas held until the stream ended OK and then added (a broken pull
+ * never leaves half a delta applied), with retries; then device tensors get the new version
+ * copied to the device. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 typedef struct held_delta {
     Gradagg__V1__PullChunk *msg;
     ga_tensor *t;
+    size_t off;          /* in the whole tensor */
     ga_codec_id codec;
     ga_codec_params params;
     const void *payload; /* msg's payload, or an aligned copy */
@@ -20,11 +23,12 @@ typedef struct held_delta {
 } held_delta;
 
 typedef struct pull_state {
+    ga_shard *sh;
     uint64_t min_version;
     bool asked_delta;
     bool have_version;
     uint64_t version;
-    size_t *covered; /* elements received per tensor */
+    size_t *covered; /* elements received per tensor (of its piece on the shard) */
     held_delta *held;
     size_t nheld, held_cap;
     size_t cursor;   /* the tensor the next chunk most likely names */
@@ -32,12 +36,15 @@ typedef struct pull_state {
     double apply_s;
 } pull_state;
 
-static ga_tensor *find_tensor(ga_client *c, pull_state *ps, const char *name)
+/* The tensor whose piece on the shard carries name, and that piece. */
+static ga_tensor *find_tensor(ga_client *c, pull_state *ps, const char *name, const ga_piece **piece)
 {
     for (size_t k = 0; k < c->ntensors; k++) {
         size_t i = (ps->cursor + k) % c->ntensors;
-        if (strcmp(c->tensors[i].name, name) == 0) {
+        const ga_piece *pc = ps->sh->pieces[i];
+        if (pc && strcmp(pc->name, name) == 0) {
             ps->cursor = i;
+            *piece = pc;
             return &c->tensors[i];
         }
     }
@@ -67,18 +74,20 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
         return GA_E_PROTO;
     }
     const char *name = m->tensor ? m->tensor : "";
-    ga_tensor *t = find_tensor(c, ps, name);
+    const ga_piece *pc = NULL;
+    ga_tensor *t = find_tensor(c, ps, name, &pc);
     ps->bytes += m->payload.len;
     if (!t) { /* a tensor another rank registered: not ours to hold */
         protobuf_c_message_free_unpacked(&m->base, &ga_wire_allocator);
         return GA_OK;
     }
-    if (m->count == 0 || m->offset > t->n || m->count > t->n - m->offset) {
+    if (m->count == 0 || m->offset > pc->count || m->count > pc->count - m->offset) {
         snprintf(why, cap, "tensor '%s': range [%llu, +%llu) outside its %zu elements", name,
-                 (unsigned long long)m->offset, (unsigned long long)m->count, t->n);
+                 (unsigned long long)m->offset, (unsigned long long)m->count, pc->count);
         return GA_E_PROTO;
     }
     size_t off = (size_t)m->offset, count = (size_t)m->count;
+    float *dst = t->params + pc->off + off;
     if (m->kind == GRADAGG__V1__PULL_KIND__PULL_FULL) {
         if (m->payload.len != count * sizeof(float)) {
             snprintf(why, cap, "tensor '%s' [%zu, +%zu): fp32 payload of %zu bytes", name, off, count,
@@ -86,8 +95,8 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
             return GA_E_PROTO;
         }
         double t0 = ga_client_now();
-        c->params_exact = false; /* mixed until the stream ends well */
-        memcpy(t->params + off, m->payload.data, m->payload.len);
+        ps->sh->exact = false; /* mixed until the stream ends well */
+        memcpy(dst, m->payload.data, m->payload.len);
         ps->apply_s += ga_client_now() - t0;
         ps->covered[t - c->tensors] += count;
         protobuf_c_message_free_unpacked(&m->base, &ga_wire_allocator);
@@ -97,13 +106,13 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
         snprintf(why, cap, "tensor '%s': unknown pull kind %d", name, (int)m->kind);
         return GA_E_PROTO;
     }
-    if (!ps->asked_delta || m->base_version != c->version) {
+    if (!ps->asked_delta || m->base_version != ps->sh->version) {
         snprintf(why, cap, "tensor '%s': delta against version %llu, the buffers hold %s %llu", name,
                  (unsigned long long)m->base_version, ps->asked_delta ? "version" : "no exact version",
-                 (unsigned long long)c->version);
+                 (unsigned long long)ps->sh->version);
         return GA_E_PROTO;
     }
-    held_delta h = {.msg = m, .t = t, .codec = GA_CODEC_NONE, .payload = m->payload.data};
+    held_delta h = {.msg = m, .t = t, .off = pc->off + off, .codec = GA_CODEC_NONE, .payload = m->payload.data};
     if (!m->codec || !ga_codec_name((ga_codec_id)m->codec->id)) {
         snprintf(why, cap, "tensor '%s': delta with an unknown codec", name);
         return GA_E_PROTO;
@@ -138,10 +147,10 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
     return GA_OK;
 }
 
-static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
+static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
 {
     pull_state *ps = arg;
-    ps->asked_delta = c->params_exact;
+    ps->asked_delta = sh->exact;
     ps->have_version = false;
     memset(ps->covered, 0, c->ntensors * sizeof *ps->covered);
     Gradagg__V1__PullRequest req = GRADAGG__V1__PULL_REQUEST__INIT;
@@ -150,10 +159,10 @@ static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
     req.incarnation = c->incarnation;
     req.min_version = ps->min_version;
     req.has_version = ps->asked_delta;
-    req.have_version = ps->asked_delta ? c->version : 0;
+    req.have_version = ps->asked_delta ? sh->version : 0;
 
     ga_stream *s = NULL;
-    ga_status st = ga_stream_open(c->ch, GA_METHOD_PULL, c->opt.step_timeout_ms, &s);
+    ga_status st = ga_stream_open(sh->ch, GA_METHOD_PULL, c->opt.step_timeout_ms, &s);
     if (st != GA_OK) {
         snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
         return st;
@@ -182,9 +191,10 @@ static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
     ga_stream_destroy(s);
     if (st == GA_OK) {
         for (size_t i = 0; i < c->ntensors; i++) {
-            if (ps->covered[i] != c->tensors[i].n) {
-                snprintf(why, cap, "tensor '%s': %zu of %zu elements received", c->tensors[i].name, ps->covered[i],
-                         c->tensors[i].n);
+            const ga_piece *pc = sh->pieces[i];
+            if (pc && ps->covered[i] != pc->count) {
+                snprintf(why, cap, "tensor '%s': %zu of %zu elements received", pc->name, ps->covered[i],
+                         pc->count);
                 st = GA_E_COVERAGE;
                 break;
             }
@@ -195,10 +205,10 @@ static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
         for (size_t i = 0; i < ps->nheld && st == GA_OK; i++) {
             held_delta *h = &ps->held[i];
             st = ga_codec_decode_add(&c->ex, h->codec, &h->params, h->payload, h->msg->payload.len,
-                                     (size_t)h->msg->count, h->t->params + h->msg->offset);
+                                     (size_t)h->msg->count, h->t->params + h->off);
             if (st != GA_OK) {
                 /* Checked on arrival: cannot fail short of a codec bug, but say so if it does. */
-                c->params_exact = false;
+                sh->exact = false;
                 snprintf(why, cap, "applying the delta of tensor '%s': %s", h->t->name, ga_strerror(st));
             }
         }
@@ -206,26 +216,62 @@ static ga_status pull_attempt(ga_client *c, void *arg, char *why, size_t cap)
     }
     release_held(ps);
     if (st == GA_OK) {
-        c->version = ps->version;
-        c->params_exact = true;
+        sh->version = ps->version;
+        sh->exact = true;
     }
     return st;
 }
 
-ga_status ga_client_pull(ga_client *c, uint64_t min_version)
+static ga_status pull_task(ga_client *c, ga_shard *sh)
 {
-    double t0 = ga_client_now();
     pull_state ps = {0};
-    ps.min_version = min_version;
+    ps.sh = sh;
+    ps.min_version = sh->want;
     ps.covered = ga_calloc(c->ntensors ? c->ntensors : 1, sizeof *ps.covered);
-    if (!ps.covered) return ga_client_fail(c, GA_E_NOMEM, "pull version %llu: out of memory", (unsigned long long)min_version);
+    if (!ps.covered)
+        return ga_shard_fail_call(sh, GA_E_NOMEM, "out of memory", "pull version >= %llu",
+                                  (unsigned long long)ps.min_version);
     char why[256];
-    ga_status st = ga_client_retry(c, pull_attempt, &ps, why, sizeof why);
+    ga_status st = ga_shard_retry(c, sh, pull_attempt, &ps, why, sizeof why);
     ga_free(ps.covered);
     ga_free(ps.held);
-    c->stats.bytes_pulled += ps.bytes;
-    c->stats.decode_s += ps.apply_s;
-    c->stats.pull_s += ga_client_now() - t0 - ps.apply_s;
-    if (st != GA_OK) return ga_client_fail_call(c, st, why, "pull version >= %llu", (unsigned long long)min_version);
+    sh->bytes_pulled = ps.bytes;
+    sh->apply_s = ps.apply_s;
+    if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "pull version >= %llu", (unsigned long long)ps.min_version);
     return GA_OK;
+}
+
+ga_status ga_client_pull_shards(ga_client *c)
+{
+    double t0 = ga_client_now();
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        c->shards[i].bytes_pulled = 0;
+        c->shards[i].apply_s = 0.0;
+    }
+    ga_shards_run(c, pull_task);
+    /* The shards applied at the same time: the slowest one's apply is the step's. */
+    double apply = 0.0;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        c->stats.bytes_pulled += c->shards[i].bytes_pulled;
+        if (c->shards[i].apply_s > apply) apply = c->shards[i].apply_s;
+    }
+    c->stats.decode_s += apply;
+    c->stats.pull_s += ga_client_now() - t0 - apply;
+    c->version = ga_shards_version(c);
+    ga_status st = ga_shards_error(c);
+    if (st != GA_OK) return st;
+    /* Device tensors: the mirror now holds the version; the caller's device buffers get it. */
+    if ((st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "pull version %llu: copying it to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
+    return GA_OK;
+}
+
+ga_status ga_client_pull(ga_client *c, uint64_t min_version)
+{
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        c->shards[i].active = c->shards[i].used;
+        c->shards[i].want = min_version;
+    }
+    return ga_client_pull_shards(c);
 }

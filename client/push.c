@@ -1,6 +1,7 @@
-/* The push side of a step: DGC correction, the automatic 2bit threshold, encoding every chunk once into buffers kept until
- * the push is acknowledged, the Push stream with retries (a retry resends the same bytes), and
- * folding refused payloads back into the residual. */
+/* The push side of a step: DGC correction, the automatic 2bit threshold, encoding every chunk
+ * once (device tensors on the device, payloads copied to the host) into buffers kept until the
+ * push is acknowledged, each shard's Push stream of the chunks of its pieces with retries (a
+ * retry resends the same bytes), and folding refused payloads back into the residual. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,12 +11,8 @@
 #include "client_internal.h"
 #include "dgc.h"
 #include "ga_alloc.h"
+#include "ga_reduce.h"
 #include "ga_wire.h"
-
-/* Most elements per chunk whatever the codec: bounds the DGC masking scratch and the work a
- * single encode call does (topk payloads are tiny, so chunk_bytes alone would allow
- * hundreds of millions of elements). */
-#define GA_CHUNK_MAX_ELEMS ((size_t)4 << 20)
 
 static size_t align4(size_t x) { return (x + 3) & ~(size_t)3; }
 
@@ -38,10 +35,6 @@ static uint64_t chunk_seed(uint64_t base, uint64_t step, size_t i)
     x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
     return x ^ (x >> 29);
 }
-
-/* The step the push carries: the open step (sync), or the worker's own push counter (async;
- * it starts at the version found at join, so a restarted worker does not reuse old numbers). */
-static uint64_t push_step(const ga_client *c) { return c->step; }
 
 static bool needs_work(const ga_tensor *t)
 {
@@ -92,17 +85,26 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
         p.threshold = t->step_threshold;
     }
     size_t elems;
-    ga_status st = ga_chunks_for_codec(t->codec, &p, c->opt.chunk_bytes, &elems);
+    ga_status st = ga_chunks_push_elems(t->codec, &p, c->opt.chunk_bytes, &elems);
     if (st != GA_OK) return ga_client_fail(c, st, "push step %llu: tensor '%s': %s", (unsigned long long)step, t->name, ga_strerror(st));
-    if (elems > GA_CHUNK_MAX_ELEMS) elems = GA_CHUNK_MAX_ELEMS;
-    size_t nparts = ga_chunks_count(t->n, elems);
+    /* Each piece is chunked on its own. Its cuts are whole chunks (placement.h), so the chunks are
+     * those of the whole tensor, numbered as in it (topk seeds), unless the DGC warm-up changed
+     * the chunk length of a topk tensor. */
+    size_t nparts = 0;
+    for (uint32_t j = 0; j < t->npieces; j++) nparts += ga_chunks_count(t->pieces[j].count, elems);
     size_t parts_bytes = t->parts_cap * sizeof *t->parts;
     if (!reserve((void **)&t->parts, &parts_bytes, nparts * sizeof *t->parts)) goto nomem;
     t->parts_cap = parts_bytes / sizeof *t->parts;
     size_t pos = 0;
-    for (size_t i = 0; i < nparts; i++) {
+    for (size_t i = 0, j = 0, k = 0; i < nparts; i++, k++) {
+        if (k == ga_chunks_count(t->pieces[j].count, elems)) {
+            j++;
+            k = 0;
+        }
         ga_push_part *part = &t->parts[i];
-        ga_chunks_range(t->n, elems, i, &part->off, &part->count);
+        ga_chunks_range(t->pieces[j].count, elems, k, &part->off, &part->count);
+        part->off += t->pieces[j].off;
+        part->piece = (uint32_t)j;
         part->params = p;
         if (t->codec == GA_CODEC_TOPK) part->params.seed = chunk_seed(p.seed, step, i);
         size_t cap;
@@ -115,6 +117,15 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
     }
     t->nparts = nparts;
     if (!reserve((void **)&t->buf, &t->buf_cap, pos ? pos : 4)) goto nomem;
+    if (t->device) {
+        if ((st = ga_client_device_reserve((void **)&t->dbuf, &t->dbuf_cap, pos ? pos : 4)) != GA_OK ||
+            (needs_work(t) && !t->work && (st = ga_device_malloc(t->n * sizeof(float), (void **)&t->work)) != GA_OK)) {
+            t->nparts = 0;
+            return ga_client_fail(c, st, "push step %llu: tensor '%s': device buffers: %s", (unsigned long long)step,
+                                  t->name, ga_strerror(st));
+        }
+        return GA_OK;
+    }
     if (needs_work(t) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
     if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
         size_t want = elems < t->n ? elems : t->n;
@@ -149,15 +160,35 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
     if (t->dgc.enabled) {
         src = ga_dgc_correct(&t->dgc, t->u, g, t->clip_s, t->work, t->n);
     } else if (t->late_pending) {
-        for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        if (t->device) {
+            /* The same float sums as the host loop (ga_reduce is bit-identical across backends). */
+            const float *in[2] = {g, t->late};
+            ga_status st = ga_reduce_sum(&c->dex, in, 2, t->n, t->work);
+            if (st != GA_OK) {
+                t->nparts = 0;
+                return ga_client_fail(c, st, "push step %llu: tensor '%s': adding its late push: %s",
+                                      (unsigned long long)step, t->name, ga_strerror(st));
+            }
+        } else {
+            for (size_t i = 0; i < t->n; i++) t->work[i] = g[i] + t->late[i];
+        }
         src = t->work;
     }
+    const ga_exec *ex = t->device ? &c->dex : &c->ex;
     for (size_t i = 0; i < t->nparts; i++) {
         ga_push_part *p = &t->parts[i];
         float *res = t->residual ? t->residual + p->off : NULL;
         size_t len;
-        ga_status st = ga_codec_encode(&c->ex, t->codec, &p->params, src + p->off, res, p->count, t->buf + p->pos,
-                                       p->len, &len);
+        /* Device tensors encode into device staging, then copy the payload to the host buffer. */
+        uint8_t *out = t->device ? t->dbuf + p->pos : t->buf + p->pos;
+        ga_status st = ga_codec_encode(ex, t->codec, &p->params, src + p->off, res, p->count, out, p->len, &len);
+        if (st == GA_OK && t->device) st = ga_device_copy(ex, t->buf + p->pos, out, len);
+        /* Sent now: a fold-back of this chunk brings it back into late. */
+        if (st == GA_OK && t->late_pending) {
+            if (t->device) st = ga_client_device_zero(c, t->late + p->off, p->count * sizeof(float));
+            else memset(t->late + p->off, 0, p->count * sizeof(float));
+        }
+        if (st == GA_OK && t->device && i + 1 == t->nparts) st = ga_exec_sync(ex);
         if (st != GA_OK) {
             t->nparts = i; /* what was encoded, for the fold-back */
             return ga_client_fail(c, st, "push step %llu: encode tensor '%s' [%zu, %zu) with %s: %s",
@@ -166,8 +197,6 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         }
         p->len = len;
         c->stats.bytes_pushed += len;
-        /* Sent now: a fold-back of this chunk brings it back into late. */
-        if (t->late_pending) memset(t->late + p->off, 0, p->count * sizeof(float));
         if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
             st = ga_dgc_mask(&c->ex, t->codec, &p->params, t->buf + p->pos, len, p->count, t->u + p->off, c->scratch);
             if (st != GA_OK) /* our own payload: cannot fail short of a codec bug */
@@ -184,16 +213,20 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
     return GA_OK;
 }
 
-ga_status ga_client_encode(ga_client *c, const float *const *grads)
+ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step)
 {
-    uint64_t step = push_step(c);
     /* Everything that can refuse the step comes before the first residual moves. */
     for (size_t i = 0; i < c->ntensors; i++) {
         ga_tensor *t = &c->tensors[i];
         t->nparts = 0;
-        if (!ga_dgc_all_finite(grads[i], t->n))
+        ga_status fin = t->device ? ga_client_device_finite(c, t, grads[i])
+                                  : ga_dgc_all_finite(grads[i], t->n) ? GA_OK : GA_E_NONFINITE;
+        if (fin == GA_E_NONFINITE)
             return ga_client_fail(c, GA_E_NONFINITE, "push step %llu: gradient of tensor '%s' holds NaN or Inf",
                                   (unsigned long long)step, t->name);
+        if (fin != GA_OK)
+            return ga_client_fail(c, fin, "push step %llu: checking the device gradient of tensor '%s': %s",
+                                  (unsigned long long)step, t->name, ga_strerror(fin));
     }
     ga_status st;
     for (size_t i = 0; i < c->ntensors; i++)
@@ -204,7 +237,7 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads)
             char msg[sizeof c->err];
             memcpy(msg, c->err, sizeof msg);
             for (size_t j = i + 1; j < c->ntensors; j++) c->tensors[j].nparts = 0;
-            ga_client_fold_back(c);
+            ga_client_fold_back(c, NULL);
             memcpy(c->err, msg, sizeof msg);
             return st;
         }
@@ -212,23 +245,50 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads)
     return GA_OK;
 }
 
-ga_status ga_client_fold_back(ga_client *c)
+/* True when part p of t belongs to a shard of mask (NULL = every shard). */
+static bool in_mask(const ga_tensor *t, const ga_push_part *p, const bool *mask)
+{
+    return !mask || mask[t->pieces[p->piece].shard];
+}
+
+ga_status ga_client_fold_back(ga_client *c, const bool *mask)
 {
     ga_status rc = GA_OK;
     for (size_t i = 0; i < c->ntensors; i++) {
         ga_tensor *t = &c->tensors[i];
-        if (t->nparts == 0) continue;
+        bool any = false;
+        for (size_t k = 0; k < t->nparts && !any; k++) any = in_mask(t, &t->parts[k], mask);
+        if (!any) continue;
         float *into = t->residual;
         if (!into) {
-            if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
-                rc = ga_client_fail(c, GA_E_NOMEM, "fold-back of tensor '%s': out of memory", t->name);
+            ga_status st = GA_OK;
+            if (!t->late && t->device) {
+                if ((st = ga_device_malloc(t->n * sizeof(float), (void **)&t->late)) == GA_OK &&
+                    (st = ga_client_device_zero(c, t->late, t->n * sizeof(float))) != GA_OK) {
+                    ga_device_free(t->late);
+                    t->late = NULL;
+                }
+            } else if (!t->late && !(t->late = ga_calloc(t->n, sizeof(float)))) {
+                st = GA_E_NOMEM;
+            }
+            if (st != GA_OK) {
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+                t->nparts = 0;
                 continue;
             }
             into = t->late;
             t->late_pending = true;
         }
+        if (t->device) {
+            ga_status st = ga_client_device_fold_back(c, t, into, mask);
+            if (st != GA_OK && rc == GA_OK)
+                rc = ga_client_fail(c, st, "fold-back of tensor '%s': %s", t->name, ga_strerror(st));
+            t->nparts = 0;
+            continue;
+        }
         for (size_t k = 0; k < t->nparts; k++) {
             ga_push_part *p = &t->parts[k];
+            if (!in_mask(t, p, mask)) continue;
             ga_status st = ga_codec_decode_add(&c->ex, t->codec, &p->params, t->buf + p->pos, p->len, p->count,
                                                into + p->off);
             if (st != GA_OK && rc == GA_OK)
@@ -244,11 +304,11 @@ typedef struct push_arg {
     Gradagg__V1__PushResponse *resp;
 } push_arg;
 
-static ga_status push_attempt(ga_client *c, void *arg, char *why, size_t cap)
+static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
 {
     push_arg *a = arg;
     ga_stream *s = NULL;
-    ga_status st = ga_stream_open(c->ch, GA_METHOD_PUSH, c->opt.call_timeout_ms, &s);
+    ga_status st = ga_stream_open(sh->ch, GA_METHOD_PUSH, c->opt.call_timeout_ms, &s);
     if (st != GA_OK) {
         snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
         return st;
@@ -262,10 +322,13 @@ static ga_status push_attempt(ga_client *c, void *arg, char *why, size_t cap)
     chunk.codec = &codec;
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];
-        chunk.tensor = t->name;
+        const ga_piece *pc = sh->pieces[i];
+        if (!pc) continue;
+        chunk.tensor = pc->name;
         for (size_t k = 0; k < t->nparts && st == GA_OK; k++) {
             ga_push_part *p = &t->parts[k];
-            chunk.offset = p->off;
+            if (&t->pieces[p->piece] != pc) continue;
+            chunk.offset = p->off - pc->off;
             chunk.count = p->count;
             ga_codec_to_wire(t->codec, &p->params, &codec);
             st = ga_stream_send(s, &chunk.base, t->buf + p->pos, p->len);
@@ -294,13 +357,35 @@ static ga_status push_attempt(ga_client *c, void *arg, char *why, size_t cap)
     return st;
 }
 
+static ga_status push_task(ga_client *c, ga_shard *sh)
+{
+    push_arg a = {sh->step, NULL};
+    char why[256];
+    ga_status st = ga_shard_retry(c, sh, push_attempt, &a, why, sizeof why);
+    if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
+    sh->ack = a.resp->version;
+    protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
+    return GA_OK;
+}
+
+uint64_t ga_client_push_step(const ga_client *c)
+{
+    uint64_t step = UINT64_MAX;
+    for (uint32_t i = 0; i < c->nshards; i++)
+        if (c->shards[i].used && c->shards[i].step < step) step = c->shards[i].step;
+    return step;
+}
+
 ga_status ga_client_push(ga_client *c, uint64_t *ack_version)
 {
-    push_arg a = {push_step(c), NULL};
-    char why[256];
-    ga_status st = ga_client_retry(c, push_attempt, &a, why, sizeof why);
-    if (st != GA_OK) return ga_client_fail_call(c, st, why, "push step %llu", (unsigned long long)a.step);
-    *ack_version = a.resp->version;
-    protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
+    uint64_t step = ga_client_push_step(c);
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].used && c->shards[i].step == step;
+    ga_shards_run(c, push_task);
+    ga_status st = ga_shards_error(c);
+    if (st != GA_OK) return st;
+    uint64_t ack = UINT64_MAX;
+    for (uint32_t i = 0; i < c->nshards; i++)
+        if (c->shards[i].active && c->shards[i].ack < ack) ack = c->shards[i].ack;
+    *ack_version = ack;
     return GA_OK;
 }

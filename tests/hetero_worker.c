@@ -8,8 +8,9 @@
  *
  *   hetero_worker SERVER JOB RANK WORLD CODEC THRESHOLD RATIO LR STEPS OUT
  *
- * THRESHOLD and RATIO are the codec's parameters (0 = the codec's default). At the end the
- * parameters are written to OUT as raw float32 (w, b, v) and `version <v>` is printed. */
+ * THRESHOLD and RATIO are the codec's parameters (0 = its default). At the end the parameters
+ * are written to OUT as raw float32 (w, b, v) and `version <v>` is printed. The float math
+ * matches numpy's because nothing contracts into an FMA (-ffp-contract=off, top CMakeLists). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

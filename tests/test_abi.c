@@ -52,7 +52,7 @@ static int for_each_field(const char *text, const char *type, void (*check)(cons
     const char *e = strchr(b, '}');
     assert_non_null(e);
     int count = 0;
-    char decl[512];
+    char decl[4096]; /* comments blanked out count too */
     while (b < e) {
         const char *semi = memchr(b, ';', (size_t)(e - b));
         if (!semi) break;
@@ -111,8 +111,8 @@ static void every_header_field_listed(void **state)
         assert_true(ga_client_abi_layout(types[i], NULL) != NONE);
         fields += for_each_field(text, types[i], field_known);
     }
-    /* 27 + 6 + 7 + 4 + 6 + 6 + 4 + 10: a parser that found nothing would pass vacuously. */
-    assert_int_equal(fields, 70);
+    /* 28 + 6 + 7 + 4 + 6 + 6 + 4 + 10: a parser that found nothing would pass vacuously. */
+    assert_int_equal(fields, 71);
     free(text);
 }
 

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "test_dirs.h"
+#include "test_inproc_server.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -23,7 +23,6 @@
 #include "auto_threshold.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
-#include "server.h"
 
 #define N 100000
 #define STEPS 16
@@ -70,16 +69,9 @@ static void *run_worker(void *arg)
 static void auto_and_fixed_train(void **state)
 {
     (void)state;
-    ga_config cfg;
-    ga_config_defaults(&cfg);
-    cfg.admin_listen[0] = '\0';
-    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
-    ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
-    cfg.log_level = GA_LOG_WARN;
     ga_server *server = NULL;
-    assert_int_equal(ga_server_start(&cfg, &server), GA_OK);
     char address[64];
-    snprintf(address, sizeof address, "127.0.0.1:%d", ga_server_port(server));
+    assert_int_equal(ga_test_server_start(data_dir, &server, address, sizeof address), GA_OK);
 
     float *target = ga_malloc(N * sizeof(float)), *curv = ga_malloc(N * sizeof(float));
     assert_true(target && curv);

@@ -429,15 +429,17 @@ static void nonfinite_changes_nothing(void **state)
     assert_int_equal(ga_client_tensor_threshold(r.c, 0, &thr1, &dens1), GA_OK);
     assert_true(thr0 == thr1 && dens0 == dens1);
     assert_memory_equal(res, r.c->tensors[0].residual, sizeof res);
-    /* All-zero gradients and residual: the last threshold stays. */
     run_close(&r);
+
+    /* All-zero gradients and residual: no estimate, the codec params' threshold stays. */
 
     fake_server_reset(1000, GA_CODEC_COUNT);
     t.params.threshold = 0.125f;
     run_open(&r, &t);
     memset(r.ga, 0, N_A * sizeof(float));
     memset(r.gs, 0, N_S * sizeof(float));
-    assert_int_equal(ga_client_step(r.c, g), GA_OK);
+    const float *zero[2] = {r.ga, r.gs};
+    assert_int_equal(ga_client_step(r.c, zero), GA_OK);
     assert_int_equal(ga_client_tensor_threshold(r.c, 0, &thr1, &dens1), GA_OK);
     assert_true(thr1 == 0.125f && dens1 == 0.0f);
     run_close(&r);

@@ -378,7 +378,7 @@ static void resent_push_counted_once(void **state)
     float *params = ga_malloc(BIG * sizeof(float));
     memcpy(params, wk.big, BIG * sizeof(float));
     /* The step-1 payloads are still in the client's buffers: resend them as step 1. */
-    wk.c->step = 1;
+    wk.c->shards[0].step = 1;
     uint64_t ack = 0;
     assert_int_equal(ga_client_push(wk.c, &ack), GA_OK);
     assert_int_equal(ack, 2);
@@ -386,7 +386,7 @@ static void resent_push_counted_once(void **state)
     assert_int_equal(s->duplicate_pushes, 1);
     assert_int_equal(s->version, 2);
     protobuf_c_message_free_unpacked(&s->base, &ga_wire_allocator);
-    wk.c->step = 2;
+    wk.c->shards[0].step = 2;
     assert_int_equal(ga_client_pull(wk.c, 2), GA_OK);
     assert_memory_equal(params, wk.big, BIG * sizeof(float));
     ga_free(params);
@@ -477,7 +477,7 @@ static void errors_carry_exact_status(void **state)
     assert_non_null(strstr(ga_client_error(c), "init of 1 tensors: E_SHAPE: "));
     ga_client_destroy(c);
     /* A push for a step that is not open. */
-    wk.c->step = 4;
+    wk.c->shards[0].step = 4;
     for (size_t i = 0; i < BIG; i++) wk.gbig[i] = 0.0f;
     const float *g[2] = {wk.gbig, wk.gsmall};
     assert_int_equal(ga_client_step(wk.c, g), GA_E_STEP_FUTURE);

@@ -28,13 +28,8 @@
 #include "fileio.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
+#include "server_proc.h"
 #include "test_dirs.h"
-
-#ifndef GA_SERVER_BIN
-#error "GA_SERVER_BIN (the gradagg-server binary) must be defined by the build"
-#endif
-
-extern char **environ;
 
 #define W 4
 #define STEPS 24
@@ -44,13 +39,6 @@ extern char **environ;
 
 static char base_dir[64];
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_ms(uint32_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
@@ -59,69 +47,14 @@ static void sleep_ms(uint32_t ms)
 
 /* ---- the server process ---- */
 
-typedef struct server {
-    pid_t pid;
-    int out; /* its stdout */
-    int port;
-    char dir[96];
-    int restores; /* "restore: job" lines it logged (stderr goes to a file) */
-    char log[128];
-} server;
+typedef ga_test_server server;
 
-/* Starts gradagg-server on port (0 = any) and waits for its port line. */
-static void server_start(server *s, int port)
-{
-    char listen[64];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
-    char *argv[] = {GA_SERVER_BIN,         "--listen",    listen,   "--data-dir", s->dir, "--admin-listen=",
-                    "--checkpoint-steps", "5",          "--log-level", "info",   "--member-lease-ms=100", NULL};
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s->log, O_WRONLY | O_CREAT | O_APPEND, 0640);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    assert_int_equal(posix_spawn(&s->pid, GA_SERVER_BIN, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    s->out = fds[0];
-    char line[256];
-    size_t n = 0;
-    double end = now_s() + 20.0;
-    while (now_s() < end && n + 1 < sizeof line) {
-        struct pollfd p = {s->out, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0) continue;
-        if (read(s->out, line + n, 1) <= 0) break;
-        if (line[n++] == '\n') break;
-    }
-    line[n] = '\0';
-    if (sscanf(line, "gradagg-server: listening on 127.0.0.1:%d", &s->port) != 1)
-        fail_msg("server did not start: '%s' (log %s)", line, s->log);
-}
+static const char *const server_args[] = {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100",
+                                          NULL};
 
-static void server_kill(server *s, int sig)
-{
-    kill(s->pid, sig);
-    int status;
-    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    close(s->out);
-    if (sig == SIGTERM) assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
+static void server_start(server *s, int port) { ga_test_server_start(s, port, server_args); }
 
-static int count_in_file(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[1024];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, needle)) n++;
-    fclose(f);
-    return n;
-}
+static void server_kill(server *s, int sig) { ga_test_server_stop(s, sig); }
 
 /* ---- the workers ---- */
 
@@ -226,8 +159,8 @@ static int max_steps(void)
 }
 
 /* One training run; kill_at[k] > 0: SIGKILL the server once a worker finished that many steps,
- * and start it again on the same port and data dir. */
-static void train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, worker *wk, server *s)
+ * and start it again on the same port and data dir. Returns the "restore: job" lines it logged. */
+static int train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, worker *wk, server *s)
 {
     ga_test_fresh_dir(s->dir, sizeof s->dir, base_dir);
     server_start(s, 0);
@@ -238,9 +171,9 @@ static void train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, 
         wk[r].port = s->port;
         assert_int_equal(pthread_create(&wk[r].thread, NULL, worker_main, &wk[r]), 0);
     }
-    double end = now_s() + TIMEOUT_S;
+    double end = ga_test_now_s() + TIMEOUT_S;
     for (int k = 0; k < nkill; k++) {
-        while (max_steps() < kill_at[k] && now_s() < end) sleep_ms(1);
+        while (max_steps() < kill_at[k] && ga_test_now_s() < end) sleep_ms(1);
         sleep_ms(kill_delay_ms[k]); /* 0: between steps; later: amid the next step's pushes */
         server_kill(s, SIGKILL);
         server_start(s, s->port);
@@ -249,7 +182,7 @@ static void train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, 
     server_kill(s, SIGTERM);
     for (int r = 0; r < W; r++)
         if (wk[r].st != GA_OK) fail_msg("rank %d: %s: %s", r, ga_strerror(wk[r].st), wk[r].err);
-    s->restores = count_in_file(s->log, "restore: job 'restart'");
+    return ga_test_server_log_count(s, "restore: job 'restart'");
 }
 
 static worker plain[W], killed[W];
@@ -258,10 +191,10 @@ static void test_sigkill_loses_nothing(void **state)
 {
     (void)state;
     server a = {0}, b = {0};
-    train(NULL, NULL, 0, plain, &a);
+    int restores_a = train(NULL, NULL, 0, plain, &a);
     const int kills[] = {6, 13};
     const uint32_t delays[] = {0, 10};
-    train(kills, delays, 2, killed, &b);
+    int restores_b = train(kills, delays, 2, killed, &b);
 
     /* Every worker of each run holds the same parameters ... */
     for (int r = 1; r < W; r++) {
@@ -274,8 +207,8 @@ static void test_sigkill_loses_nothing(void **state)
     assert_memory_equal(killed[0].small, plain[0].small, sizeof plain[0].small);
     /* The kills really happened mid-training: both restarts restored the job, and the workers
      * had to retry. */
-    assert_int_equal(a.restores, 0);
-    assert_true(b.restores >= 4); /* checkpoint + journal lines, for each of the 2 restarts */
+    assert_int_equal(restores_a, 0);
+    assert_true(restores_b >= 4); /* checkpoint + journal lines, for each of the 2 restarts */
     uint64_t retries = 0;
     for (int r = 0; r < W; r++) retries += killed[r].stats.retries;
     assert_true(retries > 0);
@@ -318,7 +251,7 @@ static void test_sigkill_loses_nothing(void **state)
     assert_memory_equal(w->big, expect, sizeof expect);
     ga_client_destroy(c);
     server_kill(&a, SIGTERM);
-    assert_int_equal(count_in_file(a.log, "restore: skipping"), 1);
+    assert_int_equal(ga_test_server_log_count(&a, "restore: skipping"), 1);
 }
 
 int main(void)

@@ -365,7 +365,7 @@ static void refused_push_exact_status(void **state)
     static worker wk;
     worker_open(&wk, &o, GA_CODEC_2BIT, 0.1f);
     assert_int_equal(worker_step(&wk, 0), GA_OK);
-    wk.c->step = 4; /* as if the server had lost steps */
+    wk.c->shards[0].step = 4; /* as if the server had lost steps */
     assert_int_equal(worker_step(&wk, 1), GA_E_STEP_FUTURE);
     assert_string_equal(ga_client_error(wk.c), "push step 4: E_STEP_FUTURE: step 4 not open yet (open step 1)");
     expect_conserved(&wk, 2);

@@ -24,7 +24,8 @@ def _candidates() -> List[Tuple[str, str]]:
     env = os.environ.get("GRADAGG_LIB")
     if env:
         return [(env, "$GRADAGG_LIB")]
-    found = sorted(REPO_ROOT.glob("build/*/client/libgradagg.so"), key=lambda p: p.stat().st_mtime, reverse=True)
+    found = sorted((p for p in REPO_ROOT.glob("build/*/client/libgradagg.so") if p.exists()),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
     out = [(str(p), "repo build") for p in found]
     name = ctypes.util.find_library("gradagg")
     if name:
@@ -50,11 +51,11 @@ def _load() -> Tuple[ctypes.CDLL, str]:
 lib, LIBRARY_PATH = _load()
 
 
-def _fn(name: str, restype, argtypes) -> Optional[ctypes._CFuncPtr]:  # type: ignore[name-defined]
-    """Declares lib.<name>; None when the library does not export it (an older build)."""
+def _fn(name: str, restype, argtypes) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """Declares lib.<name>; ImportError when the library lacks it (a build older than this package)."""
     f = getattr(lib, name, None)
     if f is None:
-        return None
+        raise ImportError(f"gradagg: {LIBRARY_PATH} does not export {name}: it is older than this package; rebuild it")
     f.restype = restype
     f.argtypes = argtypes
     return f
@@ -82,7 +83,6 @@ ga_client_set_epoch = _fn("ga_client_set_epoch", None, [c_void_p, ctypes.c_uint3
 ga_client_version = _fn("ga_client_version", ctypes.c_uint64, [c_void_p])
 ga_client_error = _fn("ga_client_error", c_char_p, [c_void_p])
 ga_client_get_stats = _fn("ga_client_get_stats", None, [c_void_p, P(S.ClientStats)])
-# Added with the automatic threshold (issue 5); absent from older builds.
 ga_client_tensor_threshold = _fn("ga_client_tensor_threshold", c_int,
                                  [c_void_p, c_int, P(ctypes.c_float), P(ctypes.c_float)])
 ga_client_abi_layout = _fn("ga_client_abi_layout", c_size_t, [c_char_p, c_char_p])

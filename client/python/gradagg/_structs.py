@@ -41,7 +41,8 @@ class ClientOptions(ctypes.Structure):
                 ("chunk_bytes", c_size_t), ("call_timeout_ms", c_uint32), ("step_timeout_ms", c_uint32),
                 ("max_retries", c_uint32), ("backoff_ms", c_uint32), ("backoff_max_ms", c_uint32),
                 ("threads", c_int), ("tls_ca_file", c_char_p), ("tls_cert_file", c_char_p),
-                ("tls_key_file", c_char_p), ("tls_target_name", c_char_p), ("auth_token", c_char_p)]
+                ("tls_key_file", c_char_p), ("tls_target_name", c_char_p), ("auth_token", c_char_p),
+                ("shard_split_elements", c_uint64)]
 
 
 class DgcOptions(ctypes.Structure):
@@ -99,12 +100,8 @@ def abi_mismatches(layout: Callable[[bytes, Optional[bytes]], int]) -> List[str]
     return bad
 
 
-def check_abi(layout: Optional[Callable[[bytes, Optional[bytes]], int]], path: str) -> None:
-    """ImportError when the library's struct layouts differ from these mirrors. A library
-    without ga_client_abi_layout (built before issue 5) is not checked: ga_client_create and
-    ga_client_add_tensor still refuse a wrong options `version` (the struct size)."""
-    if layout is None:
-        return
+def check_abi(layout: Callable[[bytes, Optional[bytes]], int], path: str) -> None:
+    """ImportError when the library's struct layouts differ from these mirrors."""
     bad = abi_mismatches(layout)
     if bad:
         raise ImportError(f"gradagg: the ctypes structures do not match {path}:\n  " + "\n  ".join(bad) +

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _lib, _structs as S
-from ._arrays import Buffer, describe, synchronize
+from ._arrays import describe, synchronize
 from .errors import error_for
 from .options import DGC, SGD, Adam, Stats
 
@@ -117,19 +117,24 @@ class Client:
     gradients as the "parameters"). mean: divide the sum by the ranks that contributed.
     pull_codec: "none" for fp32 pulls, else the codec of the compressed parameter deltas
     (pull_threshold / pull_ratio its parameters). See gradagg.h for the other options.
+
+    server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
+    on every rank: tensors of at least shard_split_elements elements are cut into one range per
+    shard (0 = never), smaller ones go whole to one shard (docs/protocol.md, "Sharding").
     """
 
     _handle: Optional[ctypes.c_void_p] = None
 
-    def __init__(self, server: str, job: str, rank: int, world_size: int, *, mean: bool = True,
-                 optimizer: Union[SGD, Adam, None] = None, mode: str = "sync", deadline_ms: int = 0, quorum: int = 0,
+    def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
+                 mean: bool = True, optimizer: Union[SGD, Adam, None] = None, mode: str = "sync",
+                 deadline_ms: int = 0, quorum: int = 0,
                  pull_codec: str = "none", pull_threshold: Optional[float] = None,
                  pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
                  step_timeout_ms: int = 300000, max_retries: int = 8, backoff_ms: int = 50,
                  backoff_max_ms: int = 2000, threads: int = 0, incarnation: int = 0,
                  tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
                  tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
-                 auth_token: Optional[str] = None) -> None:
+                 auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
@@ -138,7 +143,9 @@ class Client:
             raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
         o = S.ClientOptions()
         o.version = ctypes.sizeof(S.ClientOptions)
-        o.server = str(server).encode()
+        if not isinstance(server, str):
+            server = ",".join(str(a) for a in server)
+        o.server = server.encode()
         o.job = str(job).encode()
         o.rank = _uint("rank", rank)
         o.world_size = _uint("world_size", world_size)
@@ -177,6 +184,7 @@ class Client:
         o.tls_key_file = _opt_str(tls_key_file)
         o.tls_target_name = _opt_str(tls_target_name)
         o.auth_token = _opt_str(auth_token)
+        o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
         self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
 
         handle = ctypes.c_void_p()
@@ -348,21 +356,21 @@ class Client:
     @property
     def version(self) -> int:
         """The parameter version held in the registered arrays."""
-        return int(_lib.ga_client_version(self._h()))
+        with self._lock:
+            return int(_lib.ga_client_version(self._h()))
 
     @property
     def stats(self) -> Stats:
         """Figures of the last step (times in seconds, payload bytes) and totals."""
         s = S.ClientStats()
-        _lib.ga_client_get_stats(self._h(), ctypes.byref(s))
+        with self._lock:
+            _lib.ga_client_get_stats(self._h(), ctypes.byref(s))
         return Stats(*(getattr(s, f) for f, _ in S.ClientStats._fields_))
 
     def threshold(self, index: int) -> Tuple[float, float]:
         """(threshold, density) of tensor `index`'s last push: the (adapted) 2bit/1bit threshold
         and the fraction of elements sent as nonzero codes (NaN before the first step or for
         codecs other than 2bit). gradagg.errors.InvalError for a bad index or another codec."""
-        if _lib.ga_client_tensor_threshold is None:
-            raise NotImplementedError(f"{_lib.LIBRARY_PATH} has no ga_client_tensor_threshold (an older build)")
         t, d = ctypes.c_float(), ctypes.c_float(math.nan)
         with self._lock:
             st = _lib.ga_client_tensor_threshold(self._h(), _uint("index", index, (1 << 31) - 1),

@@ -15,7 +15,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # client/python
 
-import gradagg  # noqa: E402
 from gradagg import _lib  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gradagg
-from gradagg import _lib, errors
+from gradagg import errors
 from _util import (FAST, F32, regression_data, regression_grads, regression_init, regression_loss, run_ranks)
 
 W, STEPS, LR = 4, 30, 0.1
@@ -121,7 +121,6 @@ def test_dgc_topk_trains(server, job) -> None:
     assert regression_loss(w0, b0, data) < 0.5 * regression_loss(w, b, data)
 
 
-@pytest.mark.skipif(_lib.ga_client_tensor_threshold is None, reason="library without the automatic threshold")
 def test_auto_threshold(server, job) -> None:
     rng = np.random.default_rng(5)
     w = np.zeros(20000, F32)
@@ -147,7 +146,6 @@ def test_auto_threshold(server, job) -> None:
             c.add_tensor("late", np.zeros(8, F32), codec="2bit", threshold="auto")  # after init
 
 
-@pytest.mark.skipif(_lib.ga_client_tensor_threshold is None, reason="library without the automatic threshold")
 def test_auto_threshold_needs_2bit(server, job) -> None:
     with gradagg.Client(server.addr, job, 0, 1, **FAST) as c:
         with pytest.raises(errors.InvalError):
