@@ -73,7 +73,7 @@ def main() -> int:
     print(f"\ntrained {len(configs)} x {len(seeds)} jobs in {time.monotonic() - t0:.0f} s; gradagg-server stopped "
           f"cleanly (SIGTERM, exit 0); curves in {out / 'digits.png'}")
     diff = next(r for r in records if r["name"] == two_bit.name)["summary"]["diff_pp_mean"]
-    if diff < -args.max_loss_pp:
+    if diff < -args.max_loss_pp - 1e-6:  # accuracies are multiples of 1/360: no failure by rounding
         print(f"digits_run: {two_bit.name} is {-diff:.2f} points below uncompressed accuracy "
               f"(allowed {args.max_loss_pp:g})", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ gradagg-server and libgradagg.so (scripts/run builds both)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import asdict
@@ -48,6 +49,18 @@ PLOT_GROUPS = [
 ]
 
 
+def write_outputs(out: Path, doc: dict) -> str:
+    """convergence.md (the table, returned) and convergence.png from a study's JSON document."""
+    records, tr = doc["configs"], doc["training"]
+    table = report.table(records, doc["targets_pp"])
+    (out / "convergence.md").write_text(table + "\n")
+    plot.plot(records, out / "convergence.png",
+              f"digits MLP 64-{'-'.join(map(str, tr['hidden']))}-10, {tr['world_size']} workers through "
+              f"gradagg-server, SGD lr {tr['lr']} momentum {tr['momentum']}, global batch {tr['batch']}; "
+              f"mean of {len(doc['seeds'])} seeds (band: min-max)", PLOT_GROUPS)
+    return table
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 2 seeds")
@@ -56,7 +69,12 @@ def main() -> int:
     ap.add_argument("--only", action="append", help="run this config (repeatable; 'none' is always run)")
     ap.add_argument("--build", type=Path, default=REPO / "build" / "run")
     ap.add_argument("--out", type=Path, default=REPO / "build" / "results")
+    ap.add_argument("--replot", action="store_true", help="only redo the table and plot from --out's JSON")
     args = ap.parse_args()
+    if args.replot:
+        doc = json.loads((args.out / "convergence.json").read_text())
+        print(write_outputs(args.out, doc))
+        return 0
 
     server_bin = env.use_build(args.build)
     env.exit_on_sigterm()
@@ -78,14 +96,8 @@ def main() -> int:
     doc = {"machine": env.machine(), "training": asdict(training), "seeds": seeds, "targets_pp": TARGETS,
            "seconds": elapsed, "configs": records}
     report.write_json(args.out / "convergence.json", doc)
-    table = report.table(records, TARGETS)
-    (args.out / "convergence.md").write_text(table + "\n")
-    plot.plot(records, args.out / "convergence.png",
-              f"digits MLP 64-{'-'.join(map(str, training.hidden))}-10, {training.world_size} workers through "
-              f"gradagg-server, SGD lr {training.lr} momentum {training.momentum}, global batch {training.batch}; "
-              f"mean of {len(seeds)} seeds (band: min-max)", PLOT_GROUPS)
     print()
-    print(table)
+    print(write_outputs(args.out, doc))
     print(f"\n{len(configs)} configs x {len(seeds)} seeds in {elapsed:.0f} s; "
           f"results in {args.out}/convergence.{{json,md,png}}")
     return 0

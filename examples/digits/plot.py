@@ -28,7 +28,7 @@ def plot(records: List[Dict[str, Any]], path: Path, title: str,
                 x = np.arange(1, y.shape[1] + 1)
                 ax.plot(x, y.mean(axis=0), color=colour, lw=2 if name == "none" else 1.3, label=name)
                 if len(runs) > 1:
-                    ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=colour, alpha=0.12, lw=0)
+                    ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=colour, alpha=0.1, lw=0)
         row[0].set_yscale("log")
         row[0].set_ylabel("training loss (full training set)")
         row[1].set_ylabel("test accuracy, %")
@@ -38,7 +38,7 @@ def plot(records: List[Dict[str, Any]], path: Path, title: str,
         for ax in row:
             ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
-        row[1].legend(fontsize=8, loc="lower right")
+        row[0].legend(fontsize=8, loc="upper right")  # the loss panel's upper right stays empty
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
