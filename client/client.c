@@ -495,9 +495,6 @@ static ga_status check_tensor_codec(ga_client *c, const char *name, const ga_ten
     }
     const ga_dgc_options *d = &o->dgc;
     if (!d->enabled) return GA_OK;
-    if (!ga_codec_has_residual(o->codec))
-        return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC needs a codec with a residual, not %s", name,
-                              ga_codec_name(o->codec));
     if (!(d->momentum >= 0.0f && d->momentum < 1.0f))
         return ga_client_fail(c, GA_E_CONFIG, "add_tensor '%s': DGC momentum %g outside [0, 1)", name,
                               (double)d->momentum);

@@ -85,7 +85,10 @@ typedef struct ga_client_options {
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
      NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20}
 
-/* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). */
+/* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
+ * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on
+ * the worker: u is sent whole, factor masking does not apply, and a server SGD with momentum 0
+ * then gives exactly what SGD with momentum m gives (DGC keeps such tensors dense). */
 typedef struct ga_dgc_options {
     bool enabled;
     float momentum;         /* momentum correction: u = m*u + g; v += u (0 = off) */

@@ -38,7 +38,7 @@ static uint64_t chunk_seed(uint64_t base, uint64_t step, size_t i)
 
 static bool needs_work(const ga_tensor *t)
 {
-    if (t->dgc.enabled) return t->dgc.nesterov || (t->dgc.momentum == 0.0f && t->clip_s != 1.0f);
+    if (t->dgc.enabled) return t->late_pending || t->dgc.nesterov || (t->dgc.momentum == 0.0f && t->clip_s != 1.0f);
     return t->late_pending;
 }
 
@@ -127,7 +127,7 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
         return GA_OK;
     }
     if (needs_work(t) && !t->work && !(t->work = ga_malloc(t->n * sizeof(float)))) goto nomem;
-    if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
+    if (t->dgc.enabled && t->dgc.factor_masking && t->u && t->residual) {
         size_t want = elems < t->n ? elems : t->n;
         size_t bytes = c->scratch_n * sizeof(float);
         if (!reserve((void **)&c->scratch, &bytes, want * sizeof(float))) goto nomem;
@@ -159,6 +159,11 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
     const float *src = g;
     if (t->dgc.enabled) {
         src = ga_dgc_correct(&t->dgc, t->u, g, t->clip_s, t->work, t->n);
+        /* A dense codec keeps a refused push in `late` (no residual): it goes with this step. */
+        if (t->late_pending) {
+            for (size_t i = 0; i < t->n; i++) t->work[i] = src[i] + t->late[i];
+            src = t->work;
+        }
     } else if (t->late_pending) {
         if (t->device) {
             /* The same float sums as the host loop (ga_reduce is bit-identical across backends). */
@@ -197,7 +202,9 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         }
         p->len = len;
         c->stats.bytes_pushed += len;
-        if (t->dgc.enabled && t->dgc.factor_masking && t->u) {
+        /* Masking is for sparse sends: a dense codec sends every element, so masking would
+         * zero the whole momentum each step. */
+        if (t->dgc.enabled && t->dgc.factor_masking && t->u && t->residual) {
             st = ga_dgc_mask(&c->ex, t->codec, &p->params, t->buf + p->pos, len, p->count, t->u + p->off, c->scratch);
             if (st != GA_OK) /* our own payload: cannot fail short of a codec bug */
                 return ga_client_fail(c, st, "push step %llu: DGC masking of tensor '%s': %s",

@@ -38,11 +38,12 @@ CONFIGS = [
     C("1bit", "1bit", 0.0),
     C("1bit_scaled", "1bit_scaled"),
     C("topk 0.1% + DGC", "topk", ratio=TOPK, dgc=True),
+    C("topk 0.1% + DGC, dense biases", "topk", ratio=TOPK, dgc=True, dense_1d=True),
     C("topk 0.1% + DGC, no warm-up", "topk", ratio=TOPK, dgc=True, warmup_epochs=0),
     C("topk 0.1%", "topk", ratio=TOPK),
 ]
 QUICK = ["none", "2bit t=0.01", "2bit auto 1.0 bit", "topk 0.1% + DGC"]
-TARGETS = {"topk 0.1% + DGC": 0.5, "topk 0.1% + DGC, no warm-up": 0.5}  # pp below uncompressed; every other codec 1.0
+TARGETS = {"topk 0.1% + DGC": 0.5, "topk 0.1% + DGC, dense biases": 0.5, "topk 0.1% + DGC, no warm-up": 0.5}  # pp below uncompressed; every other codec 1.0
 PLOT_GROUPS = [
     ["none", "fp16"] + [c.name for c in CONFIGS if c.name.startswith("2bit t=")],
     ["none"] + [c.name for c in CONFIGS if c.name.startswith(("2bit auto", "1bit", "topk"))],

@@ -261,6 +261,39 @@ static void mixed_codecs_delta_pulls(void **state)
     for (uint32_t r = 0; r < W; r++) worker_close(&w[r]);
 }
 
+/* DGC on a dense codec is momentum on the worker: a rank pushing DGC(m = 0.9) momentum through
+ * `none` to a server SGD with momentum 0 ends bit-identical to the same gradients pushed plainly
+ * to a server SGD with momentum 0.9 (PyTorch's buf = m*buf + g; p -= lr*buf). One rank: with
+ * more, m*(u0 + u1) and m*u0 + m*u1 round differently, equal only up to the last bits. */
+static void dgc_dense_is_worker_momentum(void **state)
+{
+    (void)state;
+    enum { W = 1, STEPS = 4 };
+    static worker dgc[W], plain[W];
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("dgc-dense", r, W);
+        o.mean = false;
+        ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+        t.dgc = (ga_dgc_options){true, 0.9f, false, true, 0.0f, 0}; /* masking asked for: not applied */
+        worker_open(&dgc[r], &o, &t);
+        o = options("momentum-server", r, W);
+        o.mean = false;
+        o.sgd.momentum = 0.9f;
+        t = (ga_tensor_options)GA_TENSOR_OPTIONS_INIT;
+        worker_open(&plain[r], &o, &t);
+    }
+    run_all(dgc, W, 0, STEPS);
+    run_all(plain, W, 0, STEPS);
+    expect_identical(dgc, W, STEPS);
+    expect_identical(plain, W, STEPS);
+    assert_memory_equal(dgc[0].big, plain[0].big, BIG * sizeof(float));
+    assert_memory_equal(dgc[0].small, plain[0].small, SMALL * sizeof(float));
+    for (uint32_t r = 0; r < W; r++) {
+        worker_close(&dgc[r]);
+        worker_close(&plain[r]);
+    }
+}
+
 /* Async: every push is applied on its own; each worker pulls the version its ack named. */
 static void async_commits(void **state)
 {
@@ -501,6 +534,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dense_matches_oracle),
         cmocka_unit_test(mixed_codecs_delta_pulls),
+        cmocka_unit_test(dgc_dense_is_worker_momentum),
         cmocka_unit_test(async_commits),
         cmocka_unit_test(straggler_folded_back),
         cmocka_unit_test(resent_push_counted_once),

@@ -22,6 +22,7 @@ class Compression:
     ratio: Optional[float] = None              # topk keep ratio
     dgc: bool = False                          # DGC momentum correction (worker momentum, factor masking)
     warmup_epochs: int = 4                     # DGC's keep-ratio warm-up
+    dense_1d: bool = False                     # 1-d tensors (biases) uncompressed, as the DGC paper
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ def train(task: Task, rank: int, digits: data.Digits,
         net.named_parameters(), server=task.server, job=task.job, rank=rank, world_size=tr.world_size,
         lr=tr.lr, momentum=tr.momentum, codec=comp.codec, threshold=comp.threshold, auto_bits=comp.auto_bits,
         ratio=comp.ratio, dgc=DGC(momentum=tr.momentum, warmup_epochs=comp.warmup_epochs) if comp.dgc else False,
+        codec_for=(lambda name, p: "none" if p.dim() == 1 else None) if comp.dense_1d else None,
         threads=1, step_timeout_ms=120_000)
     with opt:
         for epoch in range(tr.epochs):

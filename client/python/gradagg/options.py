@@ -33,7 +33,8 @@ class DGC:
     without momentum, or momentum runs twice. nesterov: u = (u + g)*m; v += u + g.
     factor_masking: zero u and v where values were sent. clip_norm: clip the local gradient to
     this L2 norm first (0 = off). warmup_epochs: exponentially decreasing keep ratio for the
-    first epochs (Client.set_epoch). Needs a codec with a residual (topk, 2bit, 1bit, 1bit_scaled).
+    first epochs (Client.set_epoch). With a dense codec (none, fp16, bf16) it is momentum on the
+    worker: every element is sent, and masking does not apply.
     """
     momentum: float = 0.9
     nesterov: bool = False

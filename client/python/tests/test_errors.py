@@ -65,8 +65,8 @@ def test_options_checked_by_the_library(server, job) -> None:
     with gradagg.Client(server.addr, job, 0, 1, **FAST) as c:
         with pytest.raises(errors.ThresholdError):
             c.add_tensor("w", np.zeros(4, F32), codec="2bit", threshold=-1.0)
-        with pytest.raises(errors.ConfigError, match="DGC needs a codec with a residual"):
-            c.add_tensor("w", np.zeros(4, F32), codec="none", dgc=gradagg.DGC())
+        with pytest.raises(errors.ConfigError, match="DGC momentum 1 outside"):
+            c.add_tensor("w", np.zeros(4, F32), codec="topk", dgc=gradagg.DGC(momentum=1.0))
         with pytest.raises(errors.InvalError, match="before init"):
             c.step([])
 

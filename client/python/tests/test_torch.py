@@ -111,11 +111,19 @@ def test_plain_params_and_closure(server, job) -> None:
                              job=job + "x", rank=0, world_size=1, lr=0.1, **FAST)
 
 
-def test_dgc_with_an_uncompressed_tensor_is_a_config_error(server, job) -> None:
+def test_dgc_with_dense_biases(server, job) -> None:
+    # As in the DGC paper: weights sparse, 1-d tensors dense; the dense ones get the momentum on
+    # the worker too (no masking), and the server runs SGD with momentum 0 for all.
+    out = train(server, job, 2, 40, lr=0.05, momentum=0.9, codec="topk", ratio=0.25, dgc=True,
+                codec_for=lambda name, p: "none" if p.dim() == 1 else None)
+    assert_identical_and_learning(out, 40, 0.3)
+
+
+def test_a_failed_constructor_leaves_the_job(server, job) -> None:
     model = torch.nn.Linear(2, 2)
-    with pytest.raises(errors.ConfigError, match="DGC needs a codec with a residual"):
+    with pytest.raises(errors.CodecError):
         DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
-                             codec="topk", dgc=True, codec_for=lambda n, p: "none" if p.dim() == 1 else None, **FAST)
+                             codec="topk", codec_for=lambda n, p: "nope" if p.dim() == 1 else None, **FAST)
     # The failed constructor left the job: the rank is free again.
     DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
                          **FAST).close()
