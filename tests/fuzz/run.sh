@@ -41,7 +41,7 @@ for pair in $targets; do
     echo "== $target: ${seconds}s"
     if "$bin" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$artifacts/$corpus-" "$work/$corpus" "$here/corpus/$corpus" >"$work/$corpus.log" 2>&1; then
-        grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|#[0-9]+ +DONE)" \
+        grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|#[0-9]+[[:space:]]+DONE)" \
             "$work/$corpus.log" || true
     else
         echo "FAILED: $target (log tail below; crash input under $artifacts)"
