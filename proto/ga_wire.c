@@ -146,12 +146,49 @@ ProtobufCAllocator ga_wire_allocator = {wire_alloc, wire_free, NULL};
 
 /* ---- unpack ---- */
 
+/* Fields a message's type does not have are ignored, as proto3 says, and dropped here (protobuf-c
+ * keeps them), so a request never holds, journals or checkpoints bytes nobody reads. Returns
+ * false when one has field number 0: that is malformed, but protobuf-c refuses it only when its
+ * tag is a single byte, and keeps a longer encoding of it as an unknown field that it then
+ * packs into bytes it cannot read back (a journal record that would not replay). */
+static bool drop_unknown(ProtobufCMessage *m)
+{
+    bool ok = true;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++) {
+        if (m->unknown_fields[i].tag == 0) ok = false;
+        ga_free(m->unknown_fields[i].data);
+    }
+    ga_free(m->unknown_fields);
+    m->unknown_fields = NULL;
+    m->n_unknown_fields = 0;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned f = 0; f < d->n_fields; f++) {
+        const ProtobufCFieldDescriptor *fd = &d->fields[f];
+        if (fd->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        void *at = (char *)m + fd->offset;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = *(const size_t *)((const char *)m + fd->quantifier_offset);
+            ProtobufCMessage **subs = *(ProtobufCMessage ***)at;
+            for (size_t k = 0; k < n; k++)
+                if (subs[k] && !drop_unknown(subs[k])) ok = false;
+        } else {
+            ProtobufCMessage *sub = *(ProtobufCMessage **)at;
+            if (sub && !drop_unknown(sub)) ok = false;
+        }
+    }
+    return ok;
+}
+
 static ga_status unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len,
                               ProtobufCMessage **out)
 {
     unpack_oom = false;
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, &ga_wire_allocator, len, p);
     if (!m) return unpack_oom ? GA_E_NOMEM : GA_E_PROTO;
+    if (!drop_unknown(m)) {
+        protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+        return GA_E_PROTO;
+    }
     *out = m;
     return GA_OK;
 }

@@ -40,8 +40,9 @@ ga_status ga_wire_status_from(grpc_status_code code, const char *name, size_t le
 extern ProtobufCAllocator ga_wire_allocator;
 
 /* Unpacks a message of type `desc` from a received byte buffer (any number of slices).
- * Returns owned (free as above). GA_E_PROTO when the bytes are not a valid message,
- * GA_E_NOMEM. The byte buffer is borrowed. */
+ * Returns owned (free as above). GA_E_PROTO when the bytes are not a valid message (field
+ * number 0 included), GA_E_NOMEM. Fields the type does not have are ignored (proto3) and
+ * dropped: the message comes back without unknown fields. The byte buffer is borrowed. */
 ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out);
 
 /* Packs `msg` into a new byte buffer. When payload != NULL, `len` bytes at payload are appended

@@ -97,6 +97,10 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
                         (unsigned long long)c->step, (unsigned long long)b->step);
     }
     if (!c->tensor || !c->tensor[0]) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name is empty", k);
+    /* No tensor has a longer name (init refuses it), and the stream limit counts payloads only:
+     * without this one chunk could hold a message-sized name in the bundle until the stream ends. */
+    if (strlen(c->tensor) > MAX_TENSOR_NAME)
+        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name longer than %u bytes", k, MAX_TENSOR_NAME);
     if (c->count == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): count is 0", k, c->tensor);
     if (c->offset > UINT64_MAX - c->count || c->count > SIZE_MAX)
         return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu (tensor '%s'): offset %llu + count %llu overflows", k,

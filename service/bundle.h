@@ -48,7 +48,7 @@ typedef struct ga_init {
 /* Checks one chunk without job state and appends it. Takes chunk (freed on error too).
  * *push may be NULL (a new bundle is created). On error writes a specific message to
  * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
- * header agrees with earlier chunks, count > 0, offset + count does not overflow, codec known and
+ * header agrees with earlier chunks, tensor name non-empty and at most 1024 bytes, count > 0, offset + count does not overflow, codec known and
  * its parameters valid, payload length and contents valid for `count` elements
  * (ga_codec_check_payload), bundle payload within max_bytes (GA_E_LIMIT). */
 ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, char *why, size_t why_cap);

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Writes the seed corpora tests/fuzz/corpus/<codec>/ for the fuzz_decode_<codec> targets: a few
-# small valid inputs per codec (header + payload, layout in fuzz_decode.c). The output is
-# committed; rerun this after changing the header layout. Needs bash, printf, sed and seq.
+# small valid inputs per codec (header + payload, layout in fuzz_decode.c). Given a fuzz build
+# directory, also corpus/push/ and corpus/message/ for fuzz_push and fuzz_message, written by
+# that build's fuzz_gen_corpus (valid requests are packed by protobuf-c and encoded by the
+# kernels, so they are made by a program). The output is committed; rerun this after changing
+# an input layout. Needs bash, printf, sed and seq.
+# Usage: tests/fuzz/make_corpus.sh [BUILD_DIR]
 set -euo pipefail
+build=${1:+$(cd "$1" && pwd)}
 cd "$(dirname "$0")"
 
 hex_to_file() { # hex string -> file
@@ -31,7 +36,7 @@ seed() { # codec name hex
     hex_to_file "$3" "corpus/$1/$2"
 }
 
-rm -rf corpus
+for codec in none fp16 bf16 2bit 1bit 1bit_scaled topk; do rm -rf "corpus/$codec"; done
 
 # Dense payloads stay within -max_len=65536, so their big seeds are one tile (16000 values).
 # none: 1.0, -2.5, -0; an empty tensor; 16000 values of 0.5.
@@ -77,4 +82,9 @@ seed topk doc_f16_i32 "$(header 10 0 0 $R_015 $ONE 1 0 10)02000000""00c20042""01
 seed topk doc_f16_varint "$(header 10 0 0 $R_015 $ONE 1 1 10)02000000""00c20042""0102"
 seed topk varint_multibyte "$(header 1000 $FLAGS_SCALAR 0 $R_HALF $ONE 0 1 10)02000000""0000803f0000803f""c8019501"
 
-echo "wrote $(find corpus -type f | wc -l) seeds under $(pwd)/corpus"
+if [ -n "$build" ]; then
+    rm -rf corpus/push corpus/message
+    "$build/tests/fuzz/fuzz_gen_corpus" corpus
+fi
+
+echo "$(find corpus -type f | wc -l) seeds under $(pwd)/corpus"
