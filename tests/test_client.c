@@ -479,6 +479,7 @@ static void errors_carry_exact_status(void **state)
     /* A push for a step that is not open. */
     wk.c->step = 4;
     for (size_t i = 0; i < BIG; i++) wk.gbig[i] = 0.0f;
+    for (size_t i = 0; i < SMALL; i++) wk.gsmall[i] = 0.0f;
     const float *g[2] = {wk.gbig, wk.gsmall};
     assert_int_equal(ga_client_step(wk.c, g), GA_E_STEP_FUTURE);
     assert_true(strncmp(ga_client_error(wk.c), "push step 4: E_STEP_FUTURE: ", 28) == 0);
