@@ -119,10 +119,25 @@ static ga_status clear_error(ga_client *c)
 
 /* ---- codec parameters ---- */
 
+static bool zero_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u == 0;
+}
+
+/* All bytes zero, field by field: a memcmp of the struct would read its padding, which a
+ * caller's copy leaves undefined (ga_codec_params ends in 6 bytes of it). */
+static bool params_all_zero(const ga_codec_params *p)
+{
+    return zero_bits(p->threshold) && zero_bits(p->ratio) && zero_bits(p->sample_fraction) &&
+           p->adapt_rounds == 0 && p->seed == 0 && p->topk_values == 0 && p->topk_indices == 0;
+}
+
 ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p)
 {
     static const ga_codec_params zero;
-    ga_codec_params in = p && memcmp(p, &zero, sizeof zero) != 0 ? *p : ga_codec_params_default(codec);
+    ga_codec_params in = p && !params_all_zero(p) ? *p : ga_codec_params_default(codec);
     ga_codec_params out = zero;
     switch (codec) {
     case GA_CODEC_2BIT:

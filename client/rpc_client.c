@@ -17,6 +17,7 @@
 
 #include "ga_alloc.h"
 #include "ga_pem.h"
+#include "ga_tsan.h"
 #include "ga_wire.h"
 
 struct ga_channel {
@@ -203,6 +204,7 @@ static ga_status send_failed(ga_stream *s)
 static void payload_released(void *ud)
 {
     ga_stream *s = ud;
+    GA_TSAN_ACQUIRE(s); /* released by ga_wire_pack on the sending thread */
     atomic_fetch_sub_explicit(&s->lent, 1, memory_order_release);
 }
 

@@ -2,6 +2,7 @@
 #include "ga_exec.h"
 
 #include <omp.h>
+#include <stdatomic.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -17,8 +18,10 @@ int ga_exec_threads(const ga_exec *ex, double bytes)
 
 ga_simd ga_cpu_simd(void)
 {
-    static ga_simd detected = GA_SIMD_AUTO;
-    if (detected != GA_SIMD_AUTO) return detected;
+    /* Atomic (relaxed): threads may race to detect, and every one computes the same value. */
+    static atomic_int detected = GA_SIMD_AUTO;
+    ga_simd seen = (ga_simd)atomic_load_explicit(&detected, memory_order_relaxed);
+    if (seen != GA_SIMD_AUTO) return seen;
     ga_simd level = GA_SIMD_SCALAR;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
@@ -30,7 +33,7 @@ ga_simd ga_cpu_simd(void)
         __builtin_cpu_supports("avx512vl"))
         level = GA_SIMD_AVX512;
 #endif
-    detected = level; /* a benign race: every thread computes the same value */
+    atomic_store_explicit(&detected, (int)level, memory_order_relaxed);
     return level;
 }
 

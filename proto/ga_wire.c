@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ga_alloc.h"
+#include "ga_tsan.h"
 
 /* A switch over the enum without a default: -Wswitch names any status added to GA_STATUS_MAP
  * without a row here, and tests/test_methods.c checks that none falls through to UNKNOWN. */
@@ -260,7 +261,9 @@ grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload,
     if (with_payload) {
         p[used++] = PAYLOAD_TAG;
         used += put_varint(p + used, len);
-        /* gRPC never writes through the slice; the cast only fits its signature. */
+        /* gRPC never writes through the slice; the cast only fits its signature. The release
+         * callback runs on a gRPC thread; it acquires ud (ga_tsan.h). */
+        GA_TSAN_RELEASE(ud);
         slices[1] = grpc_slice_new_with_user_data((void *)payload, len, release ? release : release_nothing, ud);
         nslices = 2;
     }

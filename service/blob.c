@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "ga_alloc.h"
+#include "ga_tsan.h"
 
 typedef struct blob_impl {
     ga_blob pub;
@@ -42,5 +43,6 @@ void ga_blob_unref(ga_blob *b)
 
 void ga_blob_release(void *b)
 {
+    GA_TSAN_ACQUIRE(b); /* released by ga_wire_pack on the sending thread */
     ga_blob_unref(b);
 }

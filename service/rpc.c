@@ -19,6 +19,7 @@ static void post_request(ga_rpc_server *srv, rpc_queue *q, const ga_method *m)
     ga_call *c = rpc_call_new(srv, q, m);
     if (!c) return; /* out of memory: this queue takes no new calls of m until the next repost */
     grpc_call_error err;
+    GA_TSAN_RELEASE(&c->tags[TAG_NEW]); /* acquired by queue_main */
     if (m) {
         /* GRPC_SRM_PAYLOAD_NONE: the request message is read with RECV_MESSAGE like any other. */
         err = grpc_server_request_registered_call(srv->server, srv->registered[m - ga_methods], &c->call,
@@ -45,6 +46,7 @@ static void *queue_main(void *arg)
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         rpc_tag *t = ev.tag;
+        GA_TSAN_ACQUIRE(t); /* every tag is released before it is given to gRPC */
         if (t->kind == TAG_SHUTDOWN) {
             ga_rpc_server *srv = q->srv;
             atomic_store(&srv->stopped, true);
@@ -165,6 +167,7 @@ void ga_rpc_server_shutdown(ga_rpc_server *s, void (*done)(void *arg), void *arg
     s->done_arg = arg;
     /* The tag arrives once every call has been released (trap 7: open streams hold it until
      * ga_rpc_server_cancel_all). Pending requests fail with ok=0 and free their state. */
+    GA_TSAN_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->queues[0].cq, &s->shutdown_tag);
 }
 

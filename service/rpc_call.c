@@ -62,6 +62,7 @@ void rpc_call_unref(ga_call *c)
 static bool start(ga_call *c, const grpc_op *ops, size_t n, rpc_tag_kind kind)
 {
     call_ref(c);
+    GA_TSAN_RELEASE(&c->tags[kind]);
     if (grpc_call_start_batch(c->call, ops, n, &c->tags[kind], NULL) == GRPC_CALL_OK) return true;
     atomic_fetch_sub_explicit(&c->refs, 1, memory_order_relaxed);
     return false;
@@ -198,6 +199,7 @@ static void on_new(ga_call *c, bool ok)
     memset(&close, 0, sizeof close);
     close.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     close.data.recv_close_on_server.cancelled = &c->cancelled;
+    GA_TSAN_RELEASE(&c->tags[TAG_CLOSE]);
     if (grpc_call_start_batch(c->call, &close, 1, &c->tags[TAG_CLOSE], NULL) != GRPC_CALL_OK) {
         rpc_call_unref(c);
         return;

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "ga_tsan.h"
 #include "rpc.h"
 
 /* What a completion is about. A tag is embedded in its owner, so no completion allocates. */

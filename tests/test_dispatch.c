@@ -30,6 +30,7 @@ typedef struct fixture {
     uv_mutex_t mu;
     uv_cond_t cv;
     bool flag;
+    bool seen; /* wait_until's copy of its flag, taken on the loop */
 } fixture;
 
 static fixture fx;
@@ -63,13 +64,16 @@ static void on_loop(void (*fn)(void *), void *arg)
     uv_mutex_unlock(&fx.mu);
 }
 
+static void copy_flag(void *arg) { fx.seen = *(const bool *)arg; }
+
 /* Until *flag (written on the loop) is true: the core's math runs on libuv's thread pool and
- * finishes a call a few loop turns later. */
+ * finishes a call a few loop turns later. The flag is read on the loop: the loop may write it
+ * at any time after on_loop returns. */
 static void wait_until(const bool *flag)
 {
     for (int i = 0; i < 5000; i++) {
-        on_loop(NULL, NULL);
-        if (*flag) return;
+        on_loop(copy_flag, (void *)flag);
+        if (fx.seen) return;
         uv_sleep(1);
     }
     fail_msg("the loop never got there");
