@@ -7,7 +7,7 @@
  * --until (--pause-ms before each call), and reports every call of ga_client_step on stdout,
  * one line each, flushed at once (a killed worker's last line is the last call it finished):
  *   joined rank R version V
- *   call K from V0 status NAME version V1 late 0|1
+ *   call K from V0 status NAME version V1 late 0|1 ms DURATION retries R
  *   done version V calls N retries R rejoins J late L
  * and writes the parameters (dense, then ind, raw float32) to --out. Exit 0 when done, 1 on an
  * error (after --keep-going: only when --max-calls is spent), 2 for bad arguments. */
@@ -193,12 +193,13 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nd; i++) gd[i] = ga_fault_dense_grad(a.rank, call, i);
         memset(gi, 0, ni * sizeof *gi);
         gi[ga_fault_slot(a.rank, a.world, call)] = 1.0f;
-        uint64_t before = ga_client_version(c), late = stats.late_pushes;
+        uint64_t before = ga_client_version(c), late = stats.late_pushes, retries = stats.retries;
+        double t0 = now_s();
         st = ga_client_step(c, grads);
         ga_client_get_stats(c, &stats);
-        printf("call %llu from %llu status %s version %llu late %d\n", (unsigned long long)call,
+        printf("call %llu from %llu status %s version %llu late %d ms %.0f retries %llu\n", (unsigned long long)call,
                (unsigned long long)before, ga_status_name(st), (unsigned long long)ga_client_version(c),
-               stats.late_pushes != late);
+               stats.late_pushes != late, (now_s() - t0) * 1e3, (unsigned long long)(stats.retries - retries));
         call++;
         if (st != GA_OK) {
             printf("error step %s\n", ga_client_error(c));
