@@ -430,7 +430,7 @@ static inline uint64_t fault_check_params(const char *path, size_t n, uint32_t w
     uint64_t counted = 0;
     for (uint32_t r = 0; r < world; r++) {
         for (size_t k = 0; k < max_calls; k++) {
-            float got = -ind[ga_fault_slot(r, world, k)];
+            float got = 0.0f - ind[ga_fault_slot(r, world, k)];
             int want = fault_expected_count(calls[r], max_calls, k);
             if (want < 0 ? !(got == 0.0f || got == 1.0f) : got != (float)want)
                 fail_msg("rank %u call %zu counted %g times, expected %d (seen %d ok %d late %d unknown %d)", r, k,
