@@ -726,6 +726,13 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
         } else if (sh->st == GA_OK) {
             sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
             if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
+            if (sh->stale_ack) {
+                /* The server had this step already, from an earlier call whose answer was lost:
+                 * these gradients were not counted, so they travel with the next step, as a
+                 * straggler's do. */
+                fold[i] = folding = true;
+                c->stats.late_pushes++;
+            }
         } else if (!push_maybe_counted(sh->st)) {
             fold[i] = folding = true;
         }

@@ -89,6 +89,8 @@ struct ga_shard {
     bool active;
     uint64_t want;         /* pull: least version */
     uint64_t ack;          /* push: the version the acknowledgement names */
+    bool stale_ack;        /* push: acknowledged as a duplicate although no attempt of this call
+                              can have been counted: an earlier call's push of this step was */
     ga_status st;
     char err[512];
     uint64_t retries, rejoins, bytes_pulled;

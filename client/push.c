@@ -309,6 +309,7 @@ ga_status ga_client_fold_back(ga_client *c, const bool *mask)
 typedef struct push_arg {
     uint64_t step;
     Gradagg__V1__PushResponse *resp;
+    bool maybe_counted; /* an attempt failed in a way that may have left it counted */
 } push_arg;
 
 static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
@@ -361,16 +362,23 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
         protobuf_c_message_free_unpacked(&a->resp->base, &ga_wire_allocator);
         a->resp = NULL;
     }
+    if (st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT)
+        a->maybe_counted = true;
     return st;
 }
 
 static ga_status push_task(ga_client *c, ga_shard *sh)
 {
-    push_arg a = {sh->step, NULL};
+    push_arg a = {sh->step, NULL, false};
     char why[256];
+    sh->stale_ack = false;
     ga_status st = ga_shard_retry(c, sh, push_attempt, &a, why, sizeof why);
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
     sh->ack = a.resp->version;
+    /* A duplicate that none of this call's attempts can have caused: the step was counted with
+     * the bytes of an earlier call whose answer was lost (that call failed with a status of
+     * unknown fate), so these bytes were not counted. */
+    sh->stale_ack = a.resp->duplicate && !a.maybe_counted;
     protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
     return GA_OK;
 }

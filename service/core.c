@@ -9,6 +9,7 @@
 #include "core_internal.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
+#include "log.h"
 
 #define MAX_JOB_NAME 255u
 
@@ -206,6 +207,10 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
         }
         bool replaced = m->incarnation != 0;
         if (replaced) {
+            /* A restarted worker: what its predecessor committed stays, what it had in flight
+             * was discarded with its stream. */
+            ga_log(GA_LOG_INFO, "job '%s': rank %u taken by incarnation %" PRIu64 ", replacing %" PRIu64 "%s",
+                   job->name, rank, incarnation, m->incarnation, m->left ? " (which had left)" : "");
             memmove(&m->replaced[1], &m->replaced[0], (GA_JOB_REPLACED - 1) * sizeof m->replaced[0]);
             m->replaced[0] = m->incarnation;
         }

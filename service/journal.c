@@ -114,18 +114,19 @@ static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struc
     iov[n - 1] = (struct iovec){&crc, sizeof crc};
     off_t start = lseek(j->fd, 0, SEEK_END);
     ga_status st = ga_file_writev(j->fd, iov, n, j->path, why, cap);
+    if (st == GA_OK && j->sync == GA_JOURNAL_SYNC_PUSH) st = ga_journal_flush(j, why, cap);
     if (st != GA_OK) {
-        /* Cut the partial record off, so later records are not hidden behind it (replay ends a
-         * segment at its first bad record). Failing that, later records go to a new segment;
-         * failing that too, the journal takes nothing more, so nothing is acknowledged behind
-         * the damage. */
+        /* Cut the record off: a partial one would hide later records (replay ends a segment at
+         * its first bad record), and a whole one whose sync failed belongs to a call that is
+         * refused, whose sender keeps the gradients and sends them again: replayed, they would
+         * count twice. Failing that, later records go to a new segment; failing that too, the
+         * journal takes nothing more, so nothing is acknowledged behind the damage. */
         if (start < 0 || ftruncate(j->fd, start) != 0) {
             char ignored[64];
             if (ga_journal_rotate(j, seq, ignored, sizeof ignored) != GA_OK) close(j->fd), j->fd = -1;
         }
         return st;
     }
-    if (j->sync == GA_JOURNAL_SYNC_PUSH) GA_CHECK(ga_journal_flush(j, why, cap));
     return GA_OK;
 }
 

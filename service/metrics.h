@@ -72,8 +72,14 @@ void ga_metrics_histogram(ga_metrics_text *t, const char *name, const ga_label *
  * gradagg_rpcs_total{method, code} and, for an error, gradagg_rejected_requests_total{reason}.
  * method is a ga_method_id, or GA_METHODS for a method the server does not know. */
 void ga_metrics_count_call(int method, ga_status st);
+/* A client stream (Push, InitTensors) broke before its end (the client was killed, cancelled
+ * or timed out, or its connection dropped): what it carried was discarded. Counts
+ * gradagg_broken_streams_total{method}. Any thread. */
+void ga_metrics_count_broken(int method);
 /* Writes both families (series that are still zero are left out). Any thread. */
 void ga_metrics_write_calls(ga_metrics_text *t);
+/* Writes gradagg_broken_streams_total (series still zero left out). Any thread. */
+void ga_metrics_write_broken(ga_metrics_text *t);
 /* "step_closed" for GA_E_STEP_CLOSED: ga_status_name without GA_E_, lower case, into
  * buf[0..cap). Returns buf. */
 const char *ga_metrics_reason(ga_status st, char *buf, size_t cap);

@@ -24,6 +24,7 @@ static const int status_values[] = {GA_STATUS_MAP(ROW_VALUE)};
 
 static _Atomic uint64_t calls[GA_METHODS + 1][CODES];
 static _Atomic uint64_t refused[STATUSES];
+static _Atomic uint64_t broken[GA_METHODS + 1];
 
 static size_t status_row(ga_status st)
 {
@@ -41,6 +42,12 @@ void ga_metrics_count_call(int method, ga_status st)
     if (st == GA_OK) return;
     size_t row = status_row(st);
     if (row < STATUSES) atomic_fetch_add_explicit(&refused[row], 1, memory_order_relaxed);
+}
+
+void ga_metrics_count_broken(int method)
+{
+    size_t m = method >= 0 && method < GA_METHODS ? (size_t)method : GA_METHODS;
+    atomic_fetch_add_explicit(&broken[m], 1, memory_order_relaxed);
 }
 
 const char *ga_metrics_reason(ga_status st, char *buf, size_t cap)
@@ -73,5 +80,18 @@ void ga_metrics_write_calls(ga_metrics_text *t)
         char reason[64];
         ga_label l = {"reason", ga_metrics_reason((ga_status)status_values[i], reason, sizeof reason)};
         ga_metrics_u64(t, "gradagg_rejected_requests_total", &l, 1, v);
+    }
+}
+
+void ga_metrics_write_broken(ga_metrics_text *t)
+{
+    ga_metrics_family(t, "gradagg_broken_streams_total", "counter",
+                      "Client streams that broke before their end (client gone, cancelled or timed out): "
+                      "discarded, nothing committed.");
+    for (size_t m = 0; m <= GA_METHODS; m++) {
+        uint64_t v = atomic_load_explicit(&broken[m], memory_order_relaxed);
+        if (!v) continue;
+        ga_label l = {"method", m < GA_METHODS ? ga_methods[m].name : "unknown"};
+        ga_metrics_u64(t, "gradagg_broken_streams_total", &l, 1, v);
     }
 }

@@ -10,6 +10,7 @@
 #include "blob.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
+#include "log.h"
 #include "metrics.h"
 #include "rpc_internal.h"
 
@@ -165,6 +166,17 @@ static void finishf(ga_call *c, ga_status st, const char *fmt, ...)
     finish(c, NULL, st, msg, false);
 }
 
+/* A client stream that ends without its end of stream: whatever came is dropped, and an
+ * operator sees it (a killed worker, a cut link, a client deadline). */
+static void stream_broken(ga_call *c)
+{
+    ga_metrics_count_broken((int)c->id);
+    ga_log(GA_LOG_WARN, "%s stream from %s broke before its end: %u messages (%llu bytes) discarded, nothing committed",
+           c->method->name, c->peer ? c->peer : "?", c->messages, (unsigned long long)c->bytes);
+    c->srv->h->on_stream_abort(c->srv->h->ctx, c->id, c->stream);
+    c->stream = NULL;
+}
+
 static void post_recv(ga_call *c)
 {
     grpc_op op;
@@ -172,10 +184,7 @@ static void post_recv(ga_call *c)
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->recv_bb;
     /* A refusal means the call is already broken; RECV_CLOSE_ON_SERVER still ends it. */
-    if (!start(c, &op, 1, TAG_RECV) && c->method->kind == GA_RPC_CLIENT_STREAM) {
-        c->srv->h->on_stream_abort(c->srv->h->ctx, c->id, c->stream);
-        c->stream = NULL;
-    }
+    if (!start(c, &op, 1, TAG_RECV) && c->method->kind == GA_RPC_CLIENT_STREAM) stream_broken(c);
 }
 
 static void hand_up(ga_call *c)
@@ -217,6 +226,8 @@ static void on_message(ga_call *c, grpc_byte_buffer *bb)
 {
     const ga_rpc_handlers *h = c->srv->h;
     ProtobufCMessage *msg = NULL;
+    c->messages++;
+    c->bytes += grpc_byte_buffer_length(bb);
     ga_status rc = ga_wire_unpack(c->method->request, bb, &msg);
     grpc_byte_buffer_destroy(bb);
     bool stream = c->method->kind == GA_RPC_CLIENT_STREAM;
@@ -257,11 +268,11 @@ static void on_end_of_input(ga_call *c, bool ok)
         return; /* failed: the client has gone, nothing to answer */
     }
     if (failed) {
-        h->on_stream_abort(h->ctx, c->id, c->stream);
-    } else {
-        hand_up(c);
-        h->on_stream_end(h->ctx, c, c->id, c->stream);
+        stream_broken(c);
+        return;
     }
+    hand_up(c);
+    h->on_stream_end(h->ctx, c, c->id, c->stream);
     c->stream = NULL;
 }
 

@@ -74,6 +74,8 @@ struct ga_call {
     grpc_byte_buffer *recv_bb;
     void *stream; /* the handler's client-stream state */
     int cancelled;
+    uint32_t messages; /* received so far, and their bytes: what a broken stream discarded */
+    uint64_t bytes;
 
     pthread_mutex_t mu;
     rpc_out *out_head, *out_tail; /* queued server-stream messages */

@@ -191,6 +191,7 @@ static void collect_metrics(void *arg, ga_metrics_text *t)
     ga_metrics_write_process(t, ga_config_backend_name(s->cfg.backend));
     if (s->core) ga_core_metrics(s->core, t);
     ga_metrics_write_calls(t);
+    ga_metrics_write_broken(t);
 }
 
 static ga_status start_admin(ga_server *s, int *port)
