@@ -63,7 +63,8 @@ ga_status ga_ckpt_list(const char *dir, char ***names, size_t *n, char *why, siz
 
 /* Loads a checkpoint: checks the trailer and checksum over the whole file first (GA_E_CORRUPT
  * style failures come back as GA_E_PROTO with what is wrong), then parses the meta and hands it
- * to begin(arg, meta) (which keeps it: it must free it), then each buffer of each tensor, whole,
+ * to begin(arg, meta) (which takes it: it must free it, but not before ga_ckpt_load returns, since
+ * the buffers are read against it), then each buffer of each tensor, whole,
  * to buffer(arg, t, b, values) (values borrowed). A callback's error stops the load. */
 typedef struct ga_ckpt_loader {
     ga_status (*begin)(void *arg, ga_ckpt_meta *meta, char *why, size_t cap);

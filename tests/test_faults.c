@@ -267,13 +267,14 @@ static void fill(const char *path, uint64_t leave)
 typedef struct ckpt_count {
     uint64_t version;
     size_t buffers;
+    ga_ckpt_meta *meta; /* kept until the load returns: its buffers are read against it */
 } ckpt_count;
 
 static ga_status count_begin(void *arg, ga_ckpt_meta *m, char *why, size_t cap)
 {
     (void)why, (void)cap;
     ((ckpt_count *)arg)->version = m->version;
-    ga_ckpt_meta_free(m);
+    ((ckpt_count *)arg)->meta = m;
     return GA_OK;
 }
 
@@ -300,9 +301,11 @@ static size_t newest_checkpoint(const char *data_dir, uint64_t *version)
     assert_int_equal(ga_ckpt_list(dir, &names, &n, why, sizeof why), GA_OK);
     if (n) {
         snprintf(path, sizeof path, "%s/%s", dir, names[0]);
-        ckpt_count c = {0, 0};
+        ckpt_count c = {0, 0, NULL};
         ga_ckpt_loader l = {count_begin, count_buffer, &c};
-        if (ga_ckpt_load(path, &l, why, sizeof why) != GA_OK) fail_msg("%s does not load: %s", path, why);
+        ga_status st = ga_ckpt_load(path, &l, why, sizeof why);
+        ga_ckpt_meta_free(c.meta);
+        if (st != GA_OK) fail_msg("%s does not load: %s", path, why);
         assert_true(c.buffers >= 3);
         *version = c.version;
     }

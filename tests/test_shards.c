@@ -382,8 +382,9 @@ static void a_failed_shard_catches_up(void **state)
     assert_int_equal(ga_client_version(c), 5);
     ga_client_destroy(c);
     /* Shard 0 got g3 with step 3, and g4 added to g5 on the worker with step 5. Shard 1 got the
-     * step-3 push whose fate was unknown (not folded back: it may have counted) or, if it had
-     * not, g4 as step 3; then g5. */
+     * step-3 push whose fate was unknown (not folded back: it may have counted) and then, its
+     * resend of step 3 being a duplicate, g4 held back and added to g5 on the worker; or, if it
+     * had not counted it, g4 as step 3, then g5. */
     int shard1_had_g3 = -1;
     for (uint32_t j = 0; j < 2; j++) {
         for (size_t i = p[j].off; i < p[j].off + p[j].count; i++) {
@@ -391,8 +392,8 @@ static void a_failed_shard_catches_up(void **state)
             if (p[j].shard == 0) {
                 want = (base[i] + g[3][i]) + (g[5][i] + g[4][i]);
             } else {
-                if (shard1_had_g3 < 0) shard1_had_g3 = params[i] == base[i] + g[3][i] + g[5][i];
-                want = base[i] + g[shard1_had_g3 ? 3 : 4][i] + g[5][i];
+                if (shard1_had_g3 < 0) shard1_had_g3 = params[i] == (base[i] + g[3][i]) + (g[5][i] + g[4][i]);
+                want = shard1_had_g3 ? (base[i] + g[3][i]) + (g[5][i] + g[4][i]) : (base[i] + g[4][i]) + g[5][i];
             }
             if (params[i] != want) fail_msg("w[%zu] (shard %u): %.9g, expected %.9g", i, p[j].shard, params[i], want);
         }
