@@ -11,6 +11,7 @@
  *   done version V calls N retries R rejoins J late L
  * and writes the parameters (dense, then ind, raw float32) to --out. Exit 0 when done, 1 on an
  * error (after --keep-going: only when --max-calls is spent), 2 for bad arguments. */
+#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
