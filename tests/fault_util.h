@@ -163,15 +163,7 @@ static inline void fault_server_start(ga_test_server *s, const char *netns, cons
     s->out = fds[0];
     for (int want = admin_port ? 2 : 1, got = 0; got < want; got++) {
         char line[256];
-        size_t n = 0;
-        double end = ga_test_now_s() + 20.0;
-        while (ga_test_now_s() < end && n + 1 < sizeof line) {
-            struct pollfd p = {s->out, POLLIN, 0};
-            if (poll(&p, 1, 100) <= 0) continue;
-            if (read(s->out, line + n, 1) <= 0) break;
-            if (line[n++] == '\n') break;
-        }
-        line[n] = '\0';
+        ga_test_read_line(s->out, line, sizeof line, 20.0);
         const char *colon = strrchr(line, ':');
         int *into = got == 0 ? &s->port : admin_port;
         if (!colon || !strstr(line, got == 0 ? "listening on" : "admin on") || sscanf(colon + 1, "%d", into) != 1)

@@ -37,6 +37,21 @@ static inline double ga_test_now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Reads one line (up to '\n', or cap - 1 bytes) from fd into line, waiting at most timeout_s;
+ * line holds what came (possibly "") and is always terminated. */
+static inline void ga_test_read_line(int fd, char *line, size_t cap, double timeout_s)
+{
+    size_t n = 0;
+    double end = ga_test_now_s() + timeout_s;
+    while (ga_test_now_s() < end && n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (read(fd, line + n, 1) <= 0) break;
+        if (line[n++] == '\n') break;
+    }
+    line[n] = '\0';
+}
+
 /* Starts the server on port (0 = any) with the extra arguments args (NULL-terminated; NULL =
  * none) and waits for its "listening on" line; s->port is the port it took. */
 static inline void ga_test_server_start(ga_test_server *s, int port, const char *const *args)
@@ -60,15 +75,7 @@ static inline void ga_test_server_start(ga_test_server *s, int port, const char 
     close(fds[1]);
     s->out = fds[0];
     char line[256];
-    size_t n = 0;
-    double end = ga_test_now_s() + 20.0;
-    while (ga_test_now_s() < end && n + 1 < sizeof line) {
-        struct pollfd p = {s->out, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0) continue;
-        if (read(s->out, line + n, 1) <= 0) break;
-        if (line[n++] == '\n') break;
-    }
-    line[n] = '\0';
+    ga_test_read_line(s->out, line, sizeof line, 20.0);
     if (sscanf(line, "gradagg-server: listening on 127.0.0.1:%d", &s->port) != 1)
         fail_msg("server did not start: '%s' (log %s)", line, s->log);
 }
