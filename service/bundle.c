@@ -3,6 +3,7 @@
 #include "bundle.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +13,29 @@
 #define MAX_JOB_NAME 255u
 #define MAX_TENSOR_NAME 1024u
 #define MAX_DIMS 32u
+/* Allocator overhead per block a chunk holds (protobuf-c allocates the message and each string
+ * or array apart). */
+#define ALLOC_SLACK 16u
+
+/* What a chunk holds in memory besides its payload: the unpacked message, its strings and
+ * arrays, and its part entry. The stream limit counts it with the payload, so a stream of many
+ * tiny chunks holds no more than the limit says. */
+static size_t push_header_bytes(const Gradagg__V1__PushChunk *c)
+{
+    size_t n = sizeof *c + sizeof(ga_push_part) + 4 * ALLOC_SLACK;
+    n += (c->job ? strlen(c->job) + 1 : 0) + (c->tensor ? strlen(c->tensor) + 1 : 0);
+    return n + (c->codec ? sizeof *c->codec : 0);
+}
+
+static size_t init_header_bytes(const Gradagg__V1__InitChunk *c)
+{
+    size_t n = sizeof *c + sizeof(ga_init_part) + 5 * ALLOC_SLACK;
+    n += (c->job ? strlen(c->job) + 1 : 0) + (c->tensor ? strlen(c->tensor) + 1 : 0);
+    return n + c->n_shape * sizeof *c->shape;
+}
+
+/* The limit check of both bundles: held + this chunk's bytes within max_bytes. */
+static bool within(size_t held, size_t add, size_t max_bytes) { return add <= max_bytes && held <= max_bytes - add; }
 
 
 /* Grows parts (elem bytes each) to hold one more. */
@@ -121,10 +145,11 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (st != GA_OK)
         return ga_status_fail(st, why, cap, "%s: codec %s payload of %zu elements: %s", what, ga_codec_name(part->codec), n,
                     ga_strerror(st));
-    size_t held = b ? b->payload_bytes : 0;
-    if (len > max_bytes || held > max_bytes - len)
-        return ga_status_fail(GA_E_LIMIT, why, cap, "%s: the stream's payload would reach %zu bytes, over the limit of %zu", what,
-                    held + len, max_bytes);
+    size_t held = b ? b->held_bytes : 0, add = len + push_header_bytes(c);
+    if (!within(held, add, max_bytes))
+        return ga_status_fail(GA_E_LIMIT, why, cap,
+                    "%s: the stream would hold %zu bytes (payloads and chunk headers), over the limit of %zu", what,
+                    held + add, max_bytes);
     return GA_OK;
 }
 
@@ -156,6 +181,7 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
     part.chunk = chunk;
     b->parts[b->count++] = part;
     b->payload_bytes += chunk->payload.len;
+    b->held_bytes += chunk->payload.len + push_header_bytes(chunk);
     *push = b;
     return GA_OK;
 fail:
@@ -266,11 +292,11 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
         if (st != GA_OK)
             return ga_status_fail(st, why, cap, "init chunk %zu (tensor '%s'): values: %s", k, c->tensor, ga_strerror(st));
     }
-    size_t held = b ? b->payload_bytes : 0;
-    if (len > max_bytes || held > max_bytes - len)
+    size_t held = b ? b->held_bytes : 0, add = len + init_header_bytes(c);
+    if (!within(held, add, max_bytes))
         return ga_status_fail(GA_E_LIMIT, why, cap,
-                    "init chunk %zu: the stream's values would reach %zu bytes, over the limit of %zu", k, held + len,
-                    max_bytes);
+                    "init chunk %zu: the stream would hold %zu bytes (values and chunk headers), over the limit of %zu",
+                    k, held + add, max_bytes);
     return GA_OK;
 }
 
@@ -299,6 +325,7 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
     }
     b->parts[b->count++].chunk = chunk;
     b->payload_bytes += chunk->values.len;
+    b->held_bytes += chunk->values.len + init_header_bytes(chunk);
     *init = b;
     return GA_OK;
 fail:

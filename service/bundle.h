@@ -26,7 +26,9 @@ typedef struct ga_push {
     uint64_t step;
     ga_push_part *parts;
     size_t count, cap;
-    size_t payload_bytes;
+    size_t payload_bytes; /* the chunks' payloads */
+    size_t held_bytes;    /* what the bundle holds: payloads plus each chunk's header (its
+                             unpacked message, strings and part entry) */
 } ga_push;
 
 typedef struct ga_init_part {
@@ -39,7 +41,8 @@ typedef struct ga_init {
     uint64_t incarnation;
     ga_init_part *parts;
     size_t count, cap;
-    size_t payload_bytes;
+    size_t payload_bytes; /* the chunks' values */
+    size_t held_bytes;    /* values plus each chunk's header, as for pushes */
 } ga_init;
 
 /* Both add functions run on a completion-queue thread; the bundles then belong to the core
@@ -50,7 +53,7 @@ typedef struct ga_init {
  * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
  * header agrees with earlier chunks, tensor name non-empty and at most 1024 bytes, count > 0, offset + count does not overflow, codec known and
  * its parameters valid, payload length and contents valid for `count` elements
- * (ga_codec_check_payload), bundle payload within max_bytes (GA_E_LIMIT). */
+ * (ga_codec_check_payload), bundle held_bytes within max_bytes (GA_E_LIMIT). */
 ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
 void ga_push_free(ga_push *push); /* NULL is a no-op */
 

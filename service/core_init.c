@@ -102,7 +102,7 @@ static void init_done(ga_task *t)
         job->tensors[it->first + k].ready = true;
     }
     job->store_bytes = ga_store_bytes(job->store);
-    job->core->held_bytes -= it->init->payload_bytes;
+    job->core->held_bytes -= it->init->held_bytes;
     if (it->rc == GA_OK) {
         answer(it->call, job->version, (uint32_t)it->count, it->existing);
     } else {
@@ -302,7 +302,7 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
     it->t.done = init_done;
     it->job = job;
     it->call = call;
-    c->held_bytes += init->payload_bytes;
+    c->held_bytes += init->held_bytes;
     ga_taskq_push(&job->tasks, &it->t);
     return;
 refuse:

@@ -17,7 +17,7 @@ struct ga_core {
     uv_loop_t *loop;
     ga_job **jobs;
     size_t njobs, jobs_cap;
-    uint64_t held_bytes; /* push and init payloads held by steps and queued tasks, all jobs */
+    uint64_t held_bytes; /* push and init bundles (held_bytes) held by steps and queued tasks, all jobs */
     bool draining, drained;
     bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
     uint64_t corrupt_checkpoints; /* skipped at restore */

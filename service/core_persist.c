@@ -81,26 +81,52 @@ ga_status ga_persist_job(ga_job *job, char *why)
     return GA_OK;
 }
 
+/* A step closed short is replayed as closed only through its CLOSE record, and that record must
+ * come before any record of a later step (replay closes a step only when it is the open one).
+ * So when it could not be written, it is written first here, and until it is, nothing later is
+ * journaled (so nothing is acknowledged) either. */
+static ga_status write_pending_close(ga_job *job, char *why)
+{
+    uint64_t seq = job->close_unjournaled;
+    if (seq == 0) return GA_OK;
+    char io[GA_WHY_CAP];
+    if (ga_journal_close_step(&job->journal, seq, io, sizeof io) != GA_OK)
+        return ga_status_fail(GA_E_IO, why, GA_WHY_CAP,
+                              "job '%s': the close of step %" PRIu64 " is not journaled yet, so nothing later "
+                              "can be: %s",
+                              job->name, seq - 1, io);
+    job->close_unjournaled = 0;
+    ga_log(GA_LOG_INFO, "job '%s': the close of step %" PRIu64 " is journaled now", job->name, seq - 1);
+    return GA_OK;
+}
+
 ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why)
 {
-    return persisting(job) ? ga_journal_init(&job->journal, job->target + 1, init, why, GA_WHY_CAP) : GA_OK;
+    if (!persisting(job)) return GA_OK;
+    ga_status st = write_pending_close(job, why);
+    return st == GA_OK ? ga_journal_init(&job->journal, job->target + 1, init, why, GA_WHY_CAP) : st;
 }
 
 ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why)
 {
-    return persisting(job) ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : GA_OK;
+    if (!persisting(job)) return GA_OK;
+    ga_status st = write_pending_close(job, why);
+    return st == GA_OK ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : st;
 }
 
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
 {
     if (!persisting(job)) return;
     char why[GA_WHY_CAP];
-    /* A complete step closes by itself at replay; one closed short must be told to. */
-    ga_status st = complete ? GA_OK : ga_journal_close_step(&job->journal, step + 1, why, sizeof why);
-    if (st == GA_OK && complete && job->journal.sync == GA_JOURNAL_SYNC_STEP)
-        st = ga_journal_flush(&job->journal, why, sizeof why);
-    if (st != GA_OK)
-        ga_log(GA_LOG_ERROR, "job '%s': journaling the close of step %" PRIu64 ": %s", job->name, step, why);
+    if (!complete) {
+        /* A complete step closes by itself at replay; one closed short must be told to. */
+        job->close_unjournaled = step + 1;
+        if (write_pending_close(job, why) != GA_OK) ga_log(GA_LOG_ERROR, "%s; pushes are refused until it is", why);
+        return; /* STEP mode synced the CLOSE record with it */
+    }
+    if (job->journal.sync == GA_JOURNAL_SYNC_STEP && ga_journal_flush(&job->journal, why, sizeof why) != GA_OK)
+        ga_log(GA_LOG_ERROR, "job '%s': syncing the journal at the close of step %" PRIu64 ": %s", job->name, step,
+               why);
 }
 
 /* ---- checkpoints ---- */

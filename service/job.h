@@ -81,12 +81,15 @@ typedef struct ga_job {
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;
-    uint64_t held_bytes; /* push payloads held by the step or queued tasks */
+    uint64_t held_bytes; /* push bundles (bundle.h held_bytes) held by the step or queued tasks */
 
     /* Persistence (core_persist.c): the job's directory and journal; dir NULL = none. */
     char *dir;
     ga_journal journal;
     uint64_t ckpt_queued_ms; /* uv_now when the last checkpoint was queued */
+    /* seq of a CLOSE record (a step closed short) that could not be written yet; 0 = none.
+     * Until it is, the journal takes nothing else (core_persist.c). */
+    uint64_t close_unjournaled;
 
     /* Checkpoints (checkpoint.c); read by the metrics. */
     uint64_t ckpt_count, ckpt_failures;

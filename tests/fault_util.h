@@ -209,6 +209,14 @@ static inline double fault_metric(int admin_port, const char *series)
     return v;
 }
 
+/* fault_metric once it reaches at_least, or its last value after timeout_s. */
+static inline double fault_wait_metric(int admin_port, const char *series, double at_least, double timeout_s)
+{
+    double end = ga_test_now_s() + timeout_s, v;
+    while ((v = fault_metric(admin_port, series)) < at_least && ga_test_now_s() < end) fault_sleep_ms(20);
+    return v;
+}
+
 /* ---- a TCP relay that can stall the client's direction ---- */
 
 #define FAULT_PROXY_PAIRS 8

@@ -176,14 +176,19 @@ static void test_push_checks(void **state)
             assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1);
         }
     }
-    /* The bundle's payload limit. */
+    /* The stream limit counts payloads and chunk headers. */
+    size_t one = b->held_bytes; /* the first chunk: 64 payload bytes and its header */
+    assert_true(one > 64 + sizeof(Gradagg__V1__PushChunk));
     push_spec more = good_push();
-    more.tensor = "v";
-    assert_int_equal(ga_push_add(&b, push_chunk(&more), 100, why, sizeof why), GA_E_LIMIT);
-    assert_non_null(strstr(why, "over the limit of 100"));
-    assert_int_equal(ga_push_add(&b, push_chunk(&more), 128, why, sizeof why), GA_OK);
+    more.tensor = "v"; /* a header as long as the first chunk's */
+    char says[64];
+    snprintf(says, sizeof says, "over the limit of %zu", 2 * one - 1);
+    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one - 1, why, sizeof why), GA_E_LIMIT);
+    assert_non_null(strstr(why, says));
+    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one, why, sizeof why), GA_OK);
     assert_int_equal(b->count, 2);
     assert_int_equal(b->payload_bytes, 128);
+    assert_int_equal(b->held_bytes, 2 * one);
     /* No codec message reads as codec none. */
     more.no_codec = true;
     more.tensor = "u";
@@ -328,20 +333,57 @@ static void test_init_checks(void **state)
         assert_int_equal(b->payload_bytes, 64);
         assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1);
     }
-    /* The rest of w; a zeros tensor (no values, any count inside it); the limit. */
+    /* The rest of w; a zeros tensor (no values, any count inside it); the limit, which counts
+     * values and chunk headers ("y" has a header as long as "z"'s). */
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64}), 128, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64}), 1 << 20, why, sizeof why),
         GA_OK);
+    size_t before_z = b->held_bytes;
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0}), 128, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0}), 1 << 20, why, sizeof why),
         GA_OK);
-    assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), 128, why, sizeof why),
-        GA_E_LIMIT);
+    size_t header = b->held_bytes - before_z, limit = b->held_bytes + 64 + header;
+    assert_true(header > sizeof(Gradagg__V1__InitChunk));
+    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), limit - 1,
+                                 why, sizeof why),
+                     GA_E_LIMIT);
     assert_int_equal(b->count, 3);
     assert_int_equal(b->payload_bytes, 128);
+    assert_int_equal(
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), limit, why, sizeof why),
+        GA_OK);
+    assert_int_equal(b->count, 4);
+    assert_int_equal(b->held_bytes, limit);
     ga_init_free(b);
     ga_init_free(NULL);
+    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
+}
+
+/* A hostile stream of tiny chunks: each 4-byte payload carries a header of its own, and the
+ * limit stops the stream once what it holds (headers included) reaches the limit, so the memory
+ * it takes stays within the limit, far before its payloads alone would reach it. */
+static void test_tiny_chunks_bounded(void **state)
+{
+    (void)state;
+    const size_t limit = 64 << 10;
+    uint64_t mem0 = ga_mem_in_use(GA_MEM_HOST);
+    ga_push *b = NULL;
+    char why[256];
+    ga_status rc = GA_OK;
+    size_t k = 0;
+    for (; rc == GA_OK; k++) {
+        push_spec s = good_push();
+        s.offset = k, s.count = 1, s.len = 4;
+        rc = ga_push_add(&b, push_chunk(&s), limit, why, sizeof why);
+    }
+    assert_int_equal(rc, GA_E_LIMIT);
+    uint64_t taken = ga_mem_in_use(GA_MEM_HOST) - mem0;
+    print_message("%zu chunks of 4 bytes: %zu payload bytes, %zu held, %llu bytes of memory (limit %zu)\n",
+                  b->count, b->payload_bytes, b->held_bytes, (unsigned long long)taken, limit);
+    assert_true(b->held_bytes <= limit);
+    assert_true(b->payload_bytes * 20 < limit); /* headers, not payloads, reached the limit */
+    assert_true(taken <= limit);
+    ga_push_free(b);
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
 }
 
@@ -352,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_push_checks),
         cmocka_unit_test(test_codec_wire),
         cmocka_unit_test(test_init_checks),
+        cmocka_unit_test(test_tiny_chunks_bounded),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -86,13 +86,6 @@ static long broken_messages(const ga_test_server *s)
     return n;
 }
 
-static double wait_metric(int admin, const char *series, double at_least, double timeout_s)
-{
-    double end = ga_test_now_s() + timeout_s, v;
-    while ((v = fault_metric(admin, series)) < at_least && ga_test_now_s() < end) fault_sleep_ms(20);
-    return v;
-}
-
 static fault_proxy proxy;
 static bool proxy_running;
 
@@ -155,16 +148,16 @@ static void killed_mid_push(bool with_deadline)
     fault_proxy_cut(&proxy); /* its connection goes with it */
 
     /* The partial push was discarded: one broken Push stream that had brought chunks. */
-    assert_true(wait_metric(admin, "gradagg_broken_streams_total{method=\"Push\"}", 1, 10.0) == 1.0);
+    assert_true(fault_wait_metric(admin, "gradagg_broken_streams_total{method=\"Push\"}", 1, 10.0) == 1.0);
     assert_true(broken_messages(&s) > 0);
     char series[160];
     snprintf(series, sizeof series, "gradagg_version{job=\"%s\"}", job);
     if (with_deadline) {
         /* The step closes at the deadline with the 2 ranks left. */
         snprintf(series, sizeof series, "gradagg_deadline_closes_total{job=\"%s\"}", job);
-        assert_true(wait_metric(admin, series, 1, 20.0) >= 1.0);
+        assert_true(fault_wait_metric(admin, series, 1, 20.0) >= 1.0);
         snprintf(series, sizeof series, "gradagg_version{job=\"%s\"}", job);
-        assert_true(wait_metric(admin, series, killed + 1, 10.0) >= killed + 1);
+        assert_true(fault_wait_metric(admin, series, killed + 1, 10.0) >= killed + 1);
     } else {
         /* Without a deadline the job waits for rank 0: the version stays, the others wait. */
         fault_sleep_ms(1500);
@@ -357,32 +350,32 @@ static void test_data_dir_full(void **state)
     const char *ck_ok = "gradagg_checkpoints_total{job=\"disk\"}";
     const char *ck_fail = "gradagg_checkpoint_failures_total{job=\"disk\"}";
     const char *version = "gradagg_version{job=\"disk\"}";
-    assert_true(wait_metric(admin, ck_ok, 2, 60.0) >= 2);
+    assert_true(fault_wait_metric(admin, ck_ok, 2, 60.0) >= 2);
 
     /* 1. Room for the journal, not for a checkpoint (8 MiB of ballast alone). */
     fill(filler, 4u << 20);
-    assert_true(wait_metric(admin, ck_fail, 1, 30.0) >= 1);
+    assert_true(fault_wait_metric(admin, ck_fail, 1, 30.0) >= 1);
     assert_true(ga_test_server_log_count(&s, "failed, the previous one is kept") >= 1);
     double ok_before = fault_metric(admin, ck_ok), v_fail = fault_metric(admin, version);
     uint64_t kept;
     assert_int_equal(newest_checkpoint(s.dir, &kept), 1);
     assert_true(kept < (uint64_t)v_fail);
     /* Pushes and pulls go on while checkpoints fail. */
-    assert_true(wait_metric(admin, version, v_fail + 2, 30.0) >= v_fail + 2);
+    assert_true(fault_wait_metric(admin, version, v_fail + 2, 30.0) >= v_fail + 2);
     assert_true(fault_metric(admin, ck_ok) == ok_before);
     print_message("disk full: checkpoint failures %g, kept version %llu, training went on to version %g\n",
                   fault_metric(admin, ck_fail), (unsigned long long)kept, fault_metric(admin, version));
 
     /* 2. Space comes back: the next checkpoint is written. */
     assert_int_equal(unlink(filler), 0);
-    assert_true(wait_metric(admin, ck_ok, ok_before + 1, 30.0) >= ok_before + 1);
+    assert_true(fault_wait_metric(admin, ck_ok, ok_before + 1, 30.0) >= ok_before + 1);
     uint64_t newest;
     assert_int_equal(newest_checkpoint(s.dir, &newest), 1);
     assert_true(newest > kept);
 
     /* 3. Not even a journal record fits: pushes are refused (GA_E_IO), never acknowledged. */
     fill(filler, 0);
-    assert_true(wait_metric(admin, "gradagg_rejected_requests_total{reason=\"io\"}", 2, 30.0) >= 2);
+    assert_true(fault_wait_metric(admin, "gradagg_rejected_requests_total{reason=\"io\"}", 2, 30.0) >= 2);
     double v_full = fault_metric(admin, version);
     fault_sleep_ms(1000);
     assert_true(fault_metric(admin, version) <= v_full + 1);
