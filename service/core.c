@@ -188,23 +188,11 @@ ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__Jo
     return GA_OK;
 }
 
-/* Takes rank for `incarnation`: GA_E_RANK_HELD while another live holder has it. */
-static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t incarnation, char *why)
+/* Rank `rank` is held by `incarnation` from now on, and takes part in steps again. */
+static void member_take(ga_job *job, uint32_t rank, uint64_t incarnation)
 {
     ga_member *m = &job->members[rank];
-    uint64_t now = uv_now(c->loop);
-    if (m->incarnation == incarnation) {
-        m->left = false; /* re-joining, or coming back after a Leave */
-    } else {
-        uint64_t idle = now - m->active_ms;
-        if (m->incarnation != 0 && !m->left && (m->pulls_waiting > 0 || idle < c->opt.member_lease_ms)) {
-            snprintf(why, GA_WHY_CAP,
-                     "rank %u of job '%s' is held by incarnation %" PRIu64 ", active %" PRIu64
-                     " ms ago (lease %u ms%s)",
-                     rank, job->name, m->incarnation, m->pulls_waiting ? 0 : idle, c->opt.member_lease_ms,
-                     m->pulls_waiting ? ", waiting in a pull" : "");
-            return GA_E_RANK_HELD;
-        }
+    if (m->incarnation != incarnation) {
         bool replaced = m->incarnation != 0;
         if (replaced) {
             /* A restarted worker: what its predecessor committed stays, what it had in flight
@@ -215,14 +203,63 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
             m->replaced[0] = m->incarnation;
         }
         m->incarnation = incarnation;
-        m->left = false;
         /* Async duplicates are told apart by the worker's own step counter, which restarts with
          * a new worker. A rank restored from the journal without its membership keeps what it
          * committed: its worker is the same and may be retrying one of those commits. */
         if (job->async && replaced) m->has_pushed = false, m->last_step = 0, m->commit_mask = 0;
     }
-    m->active_ms = now;
+    m->left = false; /* re-joining, or coming back after a Leave */
     if (!job->async && ga_step_reinclude(&job->step, rank)) ga_core_step_advance(job);
+}
+
+/* Rank `rank` has left: the open sync step goes on without it. */
+static void member_leave(ga_job *job, uint32_t rank)
+{
+    job->members[rank].left = true;
+    if (!job->async && job->fault == GA_OK) {
+        ga_step_exclude(&job->step, rank);
+        ga_core_step_advance(job);
+        ga_core_step_try_close(job);
+    }
+}
+
+ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, char *why, size_t cap)
+{
+    if (change->rank >= job->world)
+        return ga_status_fail(GA_E_PROTO, why, cap, "journal: member change of rank %u in a world of %u", change->rank,
+                              job->world);
+    if (change->left) {
+        job->members[change->rank].incarnation = change->incarnation;
+        member_leave(job, change->rank);
+    } else {
+        member_take(job, change->rank, change->incarnation);
+    }
+    return GA_OK;
+}
+
+/* Takes rank for `incarnation`: GA_E_RANK_HELD while another live holder has it. */
+static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t incarnation, char *why)
+{
+    ga_member *m = &job->members[rank];
+    uint64_t now = uv_now(c->loop);
+    if (m->incarnation != incarnation) {
+        uint64_t idle = now - m->active_ms;
+        if (m->incarnation != 0 && !m->left && (m->pulls_waiting > 0 || idle < c->opt.member_lease_ms)) {
+            snprintf(why, GA_WHY_CAP,
+                     "rank %u of job '%s' is held by incarnation %" PRIu64 ", active %" PRIu64
+                     " ms ago (lease %u ms%s)",
+                     rank, job->name, m->incarnation, m->pulls_waiting ? 0 : idle, c->opt.member_lease_ms,
+                     m->pulls_waiting ? ", waiting in a pull" : "");
+            return GA_E_RANK_HELD;
+        }
+    }
+    if (m->incarnation != 0 && m->left) {
+        /* Back after a Leave: steps count it again, and so must a restarted server. */
+        ga_journal_member change = {rank, 0, incarnation};
+        GA_CHECK(ga_persist_member(job, &change, why));
+    }
+    member_take(job, rank, incarnation);
+    m->active_ms = now;
     return GA_OK;
 }
 
@@ -308,13 +345,10 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
         if (m->incarnation == req->incarnation && req->incarnation != 0 && m->left) goto ok; /* said twice */
     }
     GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, done);
-    job->members[req->rank].left = true;
+    ga_journal_member change = {req->rank, 1, req->incarnation};
+    GA_CHECK_GOTO(ga_persist_member(job, &change, why), st, done);
     ga_core_touch(c, job, req->rank);
-    if (!job->async && job->fault == GA_OK) {
-        ga_step_exclude(&job->step, req->rank);
-        ga_core_step_advance(job);
-        ga_core_step_try_close(job);
-    }
+    member_leave(job, req->rank);
 ok:;
     Gradagg__V1__LeaveResponse resp = GRADAGG__V1__LEAVE_RESPONSE__INIT;
     ga_call_finish(call, &resp.base, GA_OK, NULL);

@@ -53,6 +53,9 @@ ga_status ga_persist_job(ga_job *job, char *why);                    /* a new jo
 ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why); /* before tensors are created */
 ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why); /* before the ack */
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete); /* CLOSE record / STEP sync */
+ga_status ga_persist_member(ga_job *job, const ga_journal_member *change, char *why); /* a Leave, a return */
+/* Replays a MEMBER record as the live Leave or Join made it (core.c). */
+ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, char *why, size_t cap);
 void ga_persist_applied(ga_job *job, uint64_t version);  /* queued the apply of version: checkpoint when due */
 void ga_persist_final(ga_job *job);                      /* drain: the last checkpoint */
 

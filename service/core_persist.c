@@ -114,6 +114,13 @@ ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char
     return st == GA_OK ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : st;
 }
 
+ga_status ga_persist_member(ga_job *job, const ga_journal_member *change, char *why)
+{
+    if (!persisting(job)) return GA_OK;
+    ga_status st = write_pending_close(job, why);
+    return st == GA_OK ? ga_journal_member_change(&job->journal, job->target + 1, change, why, GA_WHY_CAP) : st;
+}
+
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
 {
     if (!persisting(job)) return;
@@ -389,6 +396,10 @@ static ga_status replay_record(void *arg, const ga_journal_record *rec, char *wh
         ga_push *push;
         GA_CHECK(ga_journal_decode_push(rec, &push, why, cap));
         ga_core_push(c, NULL, push);
+    } else if (rec->type == GA_JOURNAL_MEMBER) {
+        ga_journal_member change;
+        GA_CHECK(ga_journal_decode_member(rec, &change, why, cap));
+        GA_CHECK(ga_core_member_replay(r->job, &change, why, cap));
     } else if (rec->type == GA_JOURNAL_CLOSE) {
         ga_job *job = r->job;
         if (!job->async && job->step.step + 1 == rec->seq && job->step.committed > 0) ga_core_step_close(job, false);

@@ -215,6 +215,13 @@ ga_status ga_journal_close_step(ga_journal *j, uint64_t seq, char *why, size_t c
     return j->sync == GA_JOURNAL_SYNC_STEP ? ga_journal_flush(j, why, cap) : GA_OK;
 }
 
+ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal_member *m, char *why, size_t cap)
+{
+    ga_journal_member body = *m; /* the layout is the record's: 16 bytes, no padding */
+    struct iovec iov[3] = {{0}, {&body, sizeof body}, {0}};
+    return append(j, GA_JOURNAL_MEMBER, seq, iov, 3, why, cap);
+}
+
 /* ---- replay ---- */
 
 /* Reads one record; false at the end of the segment or at damage (*damaged set then). */
@@ -224,7 +231,7 @@ static bool read_record(int fd, const char *path, uint64_t left, header *h, uint
     *damaged = false;
     if (left == 0) return false;
     if (left < HEADER_BYTES + 4 || ga_file_read(fd, h, sizeof *h, path, why, sizeof why) != GA_OK) goto torn;
-    if (h->type < GA_JOURNAL_JOB || h->type > GA_JOURNAL_CLOSE || h->zero != 0 || h->len > MAX_BODY ||
+    if (h->type < GA_JOURNAL_JOB || h->type > GA_JOURNAL_MEMBER || h->zero != 0 || h->len > MAX_BODY ||
         h->len > left - HEADER_BYTES - 4)
         goto torn;
     uint8_t *b = ga_malloc(h->len ? h->len : 1);
@@ -370,6 +377,18 @@ ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char
 bad:
     ga_init_free(init);
     return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not an init", r->seq);
+}
+
+ga_status ga_journal_decode_member(const ga_journal_record *r, ga_journal_member *out, char *why, size_t cap)
+{
+    _Static_assert(sizeof(ga_journal_member) == 16, "the MEMBER body is 16 bytes");
+    ga_journal_member m;
+    if (r->len != sizeof m) return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a member change", r->seq);
+    memcpy(&m, r->body, sizeof m);
+    if (m.left > 1 || m.incarnation == 0)
+        return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a member change", r->seq);
+    *out = m;
+    return GA_OK;
 }
 
 ga_status ga_journal_decode_job(const ga_journal_record *r, Gradagg__V1__JoinRequest **out, char *why, size_t cap)

@@ -1,5 +1,6 @@
 /* A job's push journal: every change that is acknowledged before a checkpoint covers it (job
- * creation, tensor creation, push commits, deadline closes) is appended here before its ack, so
+ * creation, tensor creation, push commits, short step closes, leaves and returns after a leave)
+ * is appended here before its ack, so
  * a restarted server rebuilds exactly what it had acknowledged from the newest checkpoint plus
  * the journal (core_persist.c). Loop thread for appends; replay runs at start-up; pruning may
  * run on a thread-pool task (it never touches the open segment).
@@ -26,7 +27,17 @@ typedef enum ga_journal_type {
     GA_JOURNAL_INIT = 2,   /* body: the InitTensors chunks that created tensors */
     GA_JOURNAL_COMMIT = 3, /* body: one committed push, chunk by chunk */
     GA_JOURNAL_CLOSE = 4,  /* body: empty; the sync step seq - 1 closed with what it had */
+    GA_JOURNAL_MEMBER = 5, /* body: ga_journal_member; a rank left, or came back after leaving */
 } ga_journal_type;
+
+/* The body of a MEMBER record: rank `rank` is now held by `incarnation` and has left (left 1)
+ * or is back (left 0). Joins that change nothing a step depends on are not journaled: a worker
+ * rejoins a restarted server by itself. */
+typedef struct ga_journal_member {
+    uint32_t rank;
+    uint32_t left;
+    uint64_t incarnation;
+} ga_journal_member;
 
 typedef struct ga_journal {
     char *dir;        /* the job's directory (owned) */
@@ -52,6 +63,7 @@ ga_status ga_journal_job(ga_journal *j, uint64_t seq, const char *job, const Gra
 ga_status ga_journal_init(ga_journal *j, uint64_t seq, const ga_init *init, char *why, size_t cap);
 ga_status ga_journal_commit(ga_journal *j, uint64_t seq, const ga_push *push, char *why, size_t cap);
 ga_status ga_journal_close_step(ga_journal *j, uint64_t seq, char *why, size_t cap);
+ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal_member *m, char *why, size_t cap);
 /* fdatasync of the open segment (STEP mode calls it at each close). */
 ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap);
 
@@ -77,6 +89,7 @@ ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, c
  * not parse; the bundle checks of bundle.h apply. */
 ga_status ga_journal_decode_push(const ga_journal_record *r, ga_push **out, char *why, size_t cap);
 ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char *why, size_t cap);
+ga_status ga_journal_decode_member(const ga_journal_record *r, ga_journal_member *out, char *why, size_t cap);
 /* Returns owned (protobuf_c_message_free_unpacked with ga_wire_allocator). */
 ga_status ga_journal_decode_job(const ga_journal_record *r, Gradagg__V1__JoinRequest **out, char *why, size_t cap);
 

@@ -1,11 +1,13 @@
-/* Journal write and sync failures against a real gradagg-server, with disk faults injected by
- * fault_io_shim (LD_PRELOAD; trigger files switch them on and off mid-run), SDK clients in this
- * process, and the server SIGKILLed and restarted from its journal:
+/* The journal against a real gradagg-server, with disk faults injected by fault_io_shim
+ * (LD_PRELOAD; trigger files switch them on and off mid-run), SDK clients in this process, and
+ * the server SIGKILLed and restarted from its journal alone (no checkpoint):
  *  - a step closed short at its straggler deadline while the journal takes no write: its CLOSE
  *    record is written before anything else once the disk is back (pushes are refused until
  *    then), so the restarted server replays the step as closed and serves the same version;
  *  - --journal-sync=push with fdatasync failing: the push is refused and its record cut, so the
- *    replay holds exactly the acknowledged pushes.
+ *    replay holds exactly the acknowledged pushes;
+ *  - a rank that left, and later came back as a new worker: both are replayed, so the restarted
+ *    server neither waits for the rank that left nor shuts out the one that came back.
  * Gradients are small integers and the server runs SGD with lr 1 on zeros: every sum is exact,
  * so each expected parameter is known. */
 #define _GNU_SOURCE /* mkdtemp */
@@ -64,15 +66,15 @@ static void start_server(ga_test_server *s, int port, const char *const *args, i
     free(asan_saved);
 }
 
-static ga_client *join(int port, const char *job, uint32_t rank, uint32_t world, float *params)
+static ga_client *join(int port, const char *job, uint32_t rank, uint32_t world, uint32_t deadline_ms, float *params)
 {
     char addr[32], msg[512];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     ga_client_options o = GA_CLIENT_OPTIONS_INIT;
     o.server = addr, o.job = job, o.rank = rank, o.world_size = world;
     o.optimizer = GA_SERVER_OPTIM_SGD, o.sgd.lr = 1.0f;
-    o.deadline_ms = world > 1 ? DEADLINE_MS : 0, o.quorum = 1;
-    o.call_timeout_ms = 10000, o.step_timeout_ms = 120000;
+    o.deadline_ms = deadline_ms, o.quorum = 1;
+    o.call_timeout_ms = 10000, o.step_timeout_ms = 30000;
     o.max_retries = 400, o.backoff_ms = 20, o.backoff_max_ms = 250;
     ga_client *c = NULL;
     if (ga_client_create(&o, &c, msg, sizeof msg) != GA_OK) fail_msg("join %s rank %u: %s", job, rank, msg);
@@ -149,7 +151,7 @@ static void test_short_close_unwritable(void **state)
     int admin;
     start_server(&s, 0, args, &admin);
     static float p0[N], p1[N], sum[N];
-    ga_client *c0 = join(s.port, "short", 0, 2, p0), *c1 = join(s.port, "short", 1, 2, p1);
+    ga_client *c0 = join(s.port, "short", 0, 2, DEADLINE_MS, p0), *c1 = join(s.port, "short", 1, 2, DEADLINE_MS, p1);
     assert_int_equal(ga_client_init(c0), GA_OK);
     assert_int_equal(ga_client_init(c1), GA_OK);
 
@@ -219,7 +221,7 @@ static void test_sync_failure_cuts_record(void **state)
     int admin;
     start_server(&s, 0, args, &admin);
     static float p[N], sum[N];
-    ga_client *c = join(s.port, "sync", 0, 1, p);
+    ga_client *c = join(s.port, "sync", 0, 1, 0, p);
     assert_int_equal(ga_client_init(c), GA_OK);
     assert_int_equal(step_now(c, 0, 0), GA_OK);
     add_grad(sum, 0, 0);
@@ -247,6 +249,62 @@ static void test_sync_failure_cuts_record(void **state)
 }
 
 /* After a failed test: no server lives on, and no fault stays switched on. */
+static void test_membership_replayed(void **state)
+{
+    (void)state;
+    ga_test_server s = {0};
+    ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
+    static const char *const args[] = {"--checkpoint-steps=0", "--checkpoint-seconds=0", NULL};
+    int admin;
+    start_server(&s, 0, args, &admin);
+    static float p0[N], p1[N], sum[N];
+    ga_client *c0 = join(s.port, "members", 0, 2, 0, p0), *c1 = join(s.port, "members", 1, 2, 0, p1);
+    assert_int_equal(ga_client_init(c0), GA_OK);
+    assert_int_equal(ga_client_init(c1), GA_OK);
+    step_call a;
+    step_start(&a, c0, 0, 0);
+    assert_int_equal(step_now(c1, 1, 0), GA_OK);
+    assert_int_equal(step_join(&a), GA_OK);
+    add_grad(sum, 0, 0), add_grad(sum, 1, 0);
+
+    /* Rank 1 leaves; rank 0 trains alone. */
+    ga_client_destroy(c1);
+    assert_int_equal(step_now(c0, 0, 1), GA_OK);
+    add_grad(sum, 0, 1);
+
+    /* Restarted, the server still knows rank 1 left: rank 0's step closes without waiting for it
+     * (without the record it would wait out step_timeout_ms and fail). */
+    fault_server_stop(&s, SIGKILL);
+    start_server(&s, s.port, args, &admin);
+    assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 2.0);
+    assert_int_equal(step_now(c0, 0, 2), GA_OK);
+    add_grad(sum, 0, 2);
+    check_params(p0, sum, "version 3, rank 0 alone after the restart");
+
+    /* A new worker takes rank 1 back; both train. */
+    c1 = join(s.port, "members", 1, 2, 0, p1);
+    assert_int_equal(ga_client_init(c1), GA_OK);
+    check_params(p1, sum, "version 3, pulled by the new rank 1");
+    step_start(&a, c0, 0, 3);
+    assert_int_equal(step_now(c1, 1, 3), GA_OK);
+    assert_int_equal(step_join(&a), GA_OK);
+    add_grad(sum, 0, 3), add_grad(sum, 1, 3);
+
+    /* Restarted again, rank 1 is back in: the next step sums both ranks. */
+    fault_server_stop(&s, SIGKILL);
+    start_server(&s, s.port, args, &admin);
+    assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 4.0);
+    step_start(&a, c0, 0, 4);
+    assert_int_equal(step_now(c1, 1, 4), GA_OK);
+    assert_int_equal(step_join(&a), GA_OK);
+    add_grad(sum, 0, 4), add_grad(sum, 1, 4);
+    check_params(p0, sum, "version 5, rank 0");
+    check_params(p1, sum, "version 5, rank 1");
+    ga_client_destroy(c0);
+    ga_client_destroy(c1);
+    fault_server_stop(&s, SIGTERM);
+}
+
 static int cleanup(void **state)
 {
     (void)state;
@@ -269,6 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_short_close_unwritable, cleanup),
         cmocka_unit_test_teardown(test_sync_failure_cuts_record, cleanup),
+        cmocka_unit_test_teardown(test_membership_replayed, cleanup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (rc == 0) ga_test_remove_dir(base_dir);
