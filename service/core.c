@@ -253,8 +253,9 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
             return GA_E_RANK_HELD;
         }
     }
-    if (m->incarnation != 0 && m->left) {
-        /* Back after a Leave: steps count it again, and so must a restarted server. */
+    if (m->incarnation != 0 && (m->left || m->incarnation != incarnation)) {
+        /* Back after a Leave, or a new worker for the rank: steps count it again, and a
+         * restarted server must know it (it would hold the rank for the old incarnation). */
         ga_journal_member change = {rank, 0, incarnation};
         GA_CHECK(ga_persist_member(job, &change, why));
     }

@@ -27,12 +27,12 @@ typedef enum ga_journal_type {
     GA_JOURNAL_INIT = 2,   /* body: the InitTensors chunks that created tensors */
     GA_JOURNAL_COMMIT = 3, /* body: one committed push, chunk by chunk */
     GA_JOURNAL_CLOSE = 4,  /* body: empty; the sync step seq - 1 closed with what it had */
-    GA_JOURNAL_MEMBER = 5, /* body: ga_journal_member; a rank left, or came back after leaving */
+    GA_JOURNAL_MEMBER = 5, /* body: ga_journal_member; a rank left, came back, or changed hands */
 } ga_journal_type;
 
-/* The body of a MEMBER record: rank `rank` is now held by `incarnation` and has left (left 1)
- * or is back (left 0). Joins that change nothing a step depends on are not journaled: a worker
- * rejoins a restarted server by itself. */
+/* The body of a MEMBER record: rank `rank` is now held by `incarnation` and has left (left 1),
+ * or is back after a Leave or taken over by a new incarnation (left 0). A rank's first join and
+ * its worker's rejoins are not journaled: a worker rejoins a restarted server by itself. */
 typedef struct ga_journal_member {
     uint32_t rank;
     uint32_t left;

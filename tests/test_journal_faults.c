@@ -6,8 +6,9 @@
  *    then), so the restarted server replays the step as closed and serves the same version;
  *  - --journal-sync=push with fdatasync failing: the push is refused and its record cut, so the
  *    replay holds exactly the acknowledged pushes;
- *  - a rank that left, and later came back as a new worker: both are replayed, so the restarted
- *    server neither waits for the rank that left nor shuts out the one that came back.
+ *  - a rank that left, came back as a new worker, and was taken over by another: each change is
+ *    replayed, so the restarted server neither waits for the rank that left nor holds the rank
+ *    for a worker that is gone.
  * Gradients are small integers and the server runs SGD with lr 1 on zeros: every sum is exact,
  * so each expected parameter is known. */
 #define _GNU_SOURCE /* mkdtemp */
@@ -254,10 +255,11 @@ static void test_membership_replayed(void **state)
     (void)state;
     ga_test_server s = {0};
     ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
-    static const char *const args[] = {"--checkpoint-steps=0", "--checkpoint-seconds=0", NULL};
+    static const char *const args[] = {"--checkpoint-steps=0", "--checkpoint-seconds=0", "--member-lease-ms=300",
+                                       NULL};
     int admin;
     start_server(&s, 0, args, &admin);
-    static float p0[N], p1[N], sum[N];
+    static float p0[N], p1[N], p1b[N], sum[N];
     ga_client *c0 = join(s.port, "members", 0, 2, 0, p0), *c1 = join(s.port, "members", 1, 2, 0, p1);
     assert_int_equal(ga_client_init(c0), GA_OK);
     assert_int_equal(ga_client_init(c1), GA_OK);
@@ -300,8 +302,24 @@ static void test_membership_replayed(void **state)
     add_grad(sum, 0, 4), add_grad(sum, 1, 4);
     check_params(p0, sum, "version 5, rank 0");
     check_params(p1, sum, "version 5, rank 1");
+
+    /* Rank 1's worker goes silent (c1 is left alone) and a new one takes the rank once the lease
+     * has run out. Restarted, the server holds the rank for the new worker, not the old. */
+    fault_sleep_ms(600);
+    ga_client *c1b = join(s.port, "members", 1, 2, 0, p1b);
+    assert_int_equal(ga_client_init(c1b), GA_OK);
+    check_params(p1b, sum, "version 5, pulled by the rank's third worker");
+    fault_server_stop(&s, SIGKILL);
+    start_server(&s, s.port, args, &admin);
+    step_start(&a, c0, 0, 5);
+    assert_int_equal(step_now(c1b, 1, 5), GA_OK);
+    assert_int_equal(step_join(&a), GA_OK);
+    add_grad(sum, 0, 5), add_grad(sum, 1, 5);
+    check_params(p0, sum, "version 6, rank 0");
+    check_params(p1b, sum, "version 6, rank 1's third worker");
     ga_client_destroy(c0);
-    ga_client_destroy(c1);
+    ga_client_destroy(c1b);
+    ga_client_destroy(c1); /* its Leave is refused: the rank is not its own any more */
     fault_server_stop(&s, SIGTERM);
 }
 
