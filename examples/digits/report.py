@@ -38,6 +38,18 @@ def table(records: List[Dict[str, Any]], targets: Optional[Dict[str, float]] = N
     return "\n".join(rows)
 
 
+def _strict(v: Any) -> Any:
+    """v with every NaN or infinite float as None (JSON null), so strict readers take the file."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _strict(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_strict(x) for x in v]
+    return v
+
+
 def write_json(path: Path, doc: Dict[str, Any]) -> None:
+    """Strict JSON: a statistic that does not exist (the spread of one seed) is null."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    path.write_text(json.dumps(_strict(doc), indent=1, allow_nan=False) + "\n")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gradagg import _lib
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +25,9 @@ def test_digits_main_job_runs_end_to_end(tmp_path: Path) -> None:
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "digits.png").stat().st_size > 10_000
-    result = json.loads((tmp_path / "digits.json").read_text())
+    # Strict JSON: one seed has no spread, written as null, never NaN.
+    result = json.loads((tmp_path / "digits.json").read_text(),
+                        parse_constant=lambda c: pytest.fail(f"digits.json is not strict JSON: {c}"))
     configs = {c["name"]: c for c in result["configs"]}
     assert set(configs) == {"none", "2bit auto 1.0 bit"}
     for c in configs.values():
