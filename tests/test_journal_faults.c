@@ -142,15 +142,39 @@ static ga_status step_now(ga_client *c, uint32_t rank, int k)
     return step_join(&s);
 }
 
+/* Rank 0's gradient k0 and rank 1's k1 in one step (rank 0 on a thread: a step returns once
+ * both pushed). */
+static void step_both(ga_client *c0, ga_client *c1, int k0, int k1)
+{
+    step_call a;
+    step_start(&a, c0, 0, k0);
+    assert_int_equal(step_now(c1, 1, k1), GA_OK);
+    assert_int_equal(step_join(&a), GA_OK);
+}
+
+/* A server on a fresh data dir with no checkpoints (only the journal restores it). */
+static void fresh_server(ga_test_server *s, const char *const *args, int *admin)
+{
+    *s = (ga_test_server){0};
+    ga_test_fresh_dir(s->dir, sizeof s->dir, base_dir);
+    start_server(s, 0, args, admin);
+}
+
+/* SIGKILL, and a start on the same port and data dir. */
+static void kill_restart(ga_test_server *s, const char *const *args, int *admin)
+{
+    fault_server_stop(s, SIGKILL);
+    start_server(s, s->port, args, admin);
+}
+
 static void test_short_close_unwritable(void **state)
 {
     (void)state;
-    ga_test_server s = {0};
-    ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
+    ga_test_server s;
     static const char *const args[] = {"--journal-sync=step", "--checkpoint-steps=0", "--checkpoint-seconds=0",
                                        "--log-level=info", NULL};
     int admin;
-    start_server(&s, 0, args, &admin);
+    fresh_server(&s, args, &admin);
     static float p0[N], p1[N], sum[N];
     ga_client *c0 = join(s.port, "short", 0, 2, DEADLINE_MS, p0), *c1 = join(s.port, "short", 1, 2, DEADLINE_MS, p1);
     assert_int_equal(ga_client_init(c0), GA_OK);
@@ -158,9 +182,7 @@ static void test_short_close_unwritable(void **state)
 
     /* Step 0: both ranks. */
     step_call a;
-    step_start(&a, c0, 0, 0);
-    assert_int_equal(step_now(c1, 1, 0), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    step_both(c0, c1, 0, 0);
     add_grad(sum, 0, 0), add_grad(sum, 1, 0);
     check_params(p0, sum, "version 1");
 
@@ -191,8 +213,7 @@ static void test_short_close_unwritable(void **state)
 
     /* Killed and restarted from the journal alone: the same version 3. Without the CLOSE record
      * the replay would leave step 1 open, and rank 1's late push would be summed into it. */
-    fault_server_stop(&s, SIGKILL);
-    start_server(&s, s.port, args, &admin);
+    kill_restart(&s, args, &admin);
     assert_true(fault_metric(admin, "gradagg_version{job=\"short\"}") == 3.0);
     assert_int_equal(step_now(c1, 1, 1), GA_OK); /* step 1 closed long ago: late */
     ga_client_stats st;
@@ -201,9 +222,7 @@ static void test_short_close_unwritable(void **state)
     check_params(p1, sum, "version 3 pulled by rank 1 after the restart");
 
     /* Training goes on with both ranks (rank 1's late gradient went into its next push). */
-    step_start(&a, c0, 0, 4);
-    assert_int_equal(step_now(c1, 1, 4), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    step_both(c0, c1, 4, 4);
     add_grad(sum, 0, 4), add_grad(sum, 1, 1), add_grad(sum, 1, 4);
     check_params(p0, sum, "version 4, rank 0");
     check_params(p1, sum, "version 4, rank 1");
@@ -215,12 +234,11 @@ static void test_short_close_unwritable(void **state)
 static void test_sync_failure_cuts_record(void **state)
 {
     (void)state;
-    ga_test_server s = {0};
-    ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
+    ga_test_server s;
     static const char *const args[] = {"--journal-sync=push", "--checkpoint-steps=0", "--checkpoint-seconds=0",
                                        NULL};
     int admin;
-    start_server(&s, 0, args, &admin);
+    fresh_server(&s, args, &admin);
     static float p[N], sum[N];
     ga_client *c = join(s.port, "sync", 0, 1, 0, p);
     assert_int_equal(ga_client_init(c), GA_OK);
@@ -239,8 +257,7 @@ static void test_sync_failure_cuts_record(void **state)
 
     /* Replayed, a kept record of the refused push would make version 2 hold gradient 1 alone
      * (the acknowledged push of the same step would be a duplicate). */
-    fault_server_stop(&s, SIGKILL);
-    start_server(&s, s.port, args, &admin);
+    kill_restart(&s, args, &admin);
     assert_true(fault_metric(admin, "gradagg_version{job=\"sync\"}") == 2.0);
     assert_int_equal(step_now(c, 0, 3), GA_OK);
     add_grad(sum, 0, 3);
@@ -249,24 +266,19 @@ static void test_sync_failure_cuts_record(void **state)
     fault_server_stop(&s, SIGTERM);
 }
 
-/* After a failed test: no server lives on, and no fault stays switched on. */
 static void test_membership_replayed(void **state)
 {
     (void)state;
-    ga_test_server s = {0};
-    ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
+    ga_test_server s;
     static const char *const args[] = {"--checkpoint-steps=0", "--checkpoint-seconds=0", "--member-lease-ms=300",
                                        NULL};
     int admin;
-    start_server(&s, 0, args, &admin);
+    fresh_server(&s, args, &admin);
     static float p0[N], p1[N], p1b[N], sum[N];
     ga_client *c0 = join(s.port, "members", 0, 2, 0, p0), *c1 = join(s.port, "members", 1, 2, 0, p1);
     assert_int_equal(ga_client_init(c0), GA_OK);
     assert_int_equal(ga_client_init(c1), GA_OK);
-    step_call a;
-    step_start(&a, c0, 0, 0);
-    assert_int_equal(step_now(c1, 1, 0), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    step_both(c0, c1, 0, 0);
     add_grad(sum, 0, 0), add_grad(sum, 1, 0);
 
     /* Rank 1 leaves; rank 0 trains alone. */
@@ -276,8 +288,7 @@ static void test_membership_replayed(void **state)
 
     /* Restarted, the server still knows rank 1 left: rank 0's step closes without waiting for it
      * (without the record it would wait out step_timeout_ms and fail). */
-    fault_server_stop(&s, SIGKILL);
-    start_server(&s, s.port, args, &admin);
+    kill_restart(&s, args, &admin);
     assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 2.0);
     assert_int_equal(step_now(c0, 0, 2), GA_OK);
     add_grad(sum, 0, 2);
@@ -287,18 +298,13 @@ static void test_membership_replayed(void **state)
     c1 = join(s.port, "members", 1, 2, 0, p1);
     assert_int_equal(ga_client_init(c1), GA_OK);
     check_params(p1, sum, "version 3, pulled by the new rank 1");
-    step_start(&a, c0, 0, 3);
-    assert_int_equal(step_now(c1, 1, 3), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    step_both(c0, c1, 3, 3);
     add_grad(sum, 0, 3), add_grad(sum, 1, 3);
 
     /* Restarted again, rank 1 is back in: the next step sums both ranks. */
-    fault_server_stop(&s, SIGKILL);
-    start_server(&s, s.port, args, &admin);
+    kill_restart(&s, args, &admin);
     assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 4.0);
-    step_start(&a, c0, 0, 4);
-    assert_int_equal(step_now(c1, 1, 4), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    step_both(c0, c1, 4, 4);
     add_grad(sum, 0, 4), add_grad(sum, 1, 4);
     check_params(p0, sum, "version 5, rank 0");
     check_params(p1, sum, "version 5, rank 1");
@@ -309,11 +315,8 @@ static void test_membership_replayed(void **state)
     ga_client *c1b = join(s.port, "members", 1, 2, 0, p1b);
     assert_int_equal(ga_client_init(c1b), GA_OK);
     check_params(p1b, sum, "version 5, pulled by the rank's third worker");
-    fault_server_stop(&s, SIGKILL);
-    start_server(&s, s.port, args, &admin);
-    step_start(&a, c0, 0, 5);
-    assert_int_equal(step_now(c1b, 1, 5), GA_OK);
-    assert_int_equal(step_join(&a), GA_OK);
+    kill_restart(&s, args, &admin);
+    step_both(c0, c1b, 5, 5);
     add_grad(sum, 0, 5), add_grad(sum, 1, 5);
     check_params(p0, sum, "version 6, rank 0");
     check_params(p1b, sum, "version 6, rank 1's third worker");
@@ -323,6 +326,7 @@ static void test_membership_replayed(void **state)
     fault_server_stop(&s, SIGTERM);
 }
 
+/* After a failed test: no server lives on, and no fault stays switched on. */
 static int cleanup(void **state)
 {
     (void)state;
