@@ -25,6 +25,11 @@ ga_blob *ga_blob_create(size_t size)
     return &b->pub;
 }
 
+size_t ga_blob_footprint(size_t size)
+{
+    return sizeof(blob_impl) + (size ? size : 1);
+}
+
 ga_blob *ga_blob_ref(ga_blob *b)
 {
     atomic_fetch_add_explicit(&((blob_impl *)b)->refs, 1, memory_order_relaxed);

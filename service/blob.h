@@ -15,6 +15,8 @@ typedef struct ga_blob {
 /* A new blob of `size` bytes with one reference, contents undefined; NULL when out of memory.
  * Memory comes from ga_malloc (accounted). */
 ga_blob *ga_blob_create(size_t size);
+/* What a blob of `size` bytes takes from the accounted allocator (ga_mem_in_use). */
+size_t ga_blob_footprint(size_t size);
 /* Adds a reference; returns b. Any thread. */
 ga_blob *ga_blob_ref(ga_blob *b);
 /* Drops a reference and frees the blob with the last one. NULL is a no-op. Any thread. */

@@ -73,16 +73,24 @@ static ga_status floats_get(ga_store *s, bool wanted, size_t n, float **out)
 static void tensor_free(ga_store *s, ga_store_tensor *t)
 {
     size_t bytes = t->n * sizeof(float);
+    if (t->pub) {
+        /* the blob's buffer is not the store's to free */
+        if (t->params == (float *)t->pub->data) t->params = NULL;
+        if (t->published == (float *)t->pub->data) t->published = NULL;
+        s->bytes -= ga_blob_footprint(t->pub->size);
+        ga_blob_unref(t->pub);
+    }
     ga_store_mem_put(s, s->compute, t->params, bytes);
     ga_store_mem_put(s, s->compute, t->sum, bytes);
     ga_store_mem_put(s, s->compute, t->state0, bytes);
     ga_store_mem_put(s, s->compute, t->state1, bytes);
     ga_store_mem_put(s, s->compute, t->published, bytes);
+    ga_store_held_clear(s, t);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, t->held, t->held_cap * sizeof *t->held);
     memset(t, 0, sizeof *t);
 }
 
-/* Replaces *buf (capacity *cap) by one of at least `need` bytes; the contents are not kept. */
-static ga_status regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need)
+ga_status ga_store_regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need)
 {
     if (*buf && *cap >= need) return GA_OK;
     void *p;
@@ -153,6 +161,7 @@ void ga_store_destroy(ga_store *s)
     ga_store_mem_put(s, s->compute, s->delta, scratch);
     ga_store_mem_put(s, s->compute, s->residual, scratch);
     ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
+    ga_store_mem_put(s, s->compute, s->grad, s->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
     ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
@@ -242,12 +251,17 @@ fail:
 }
 
 /* Fills a new tensor from its version-0 values (host, in full->data): params, the published copy,
- * and zeroed sum and optimizer state. */
+ * and zeroed optimizer state (the sum is made by the first dense chunk). */
 static ga_status tensor_init(ga_store *s, ga_store_tensor *t, const ga_blob *full)
 {
     size_t bytes = t->n * sizeof(float);
+    if (t->pub) { /* CPU: the values are in place; the other of params / published copies them */
+        if (t->state0) GA_CHECK(ga_store_zero(s, t->state0, t->n));
+        if (t->state1) GA_CHECK(ga_store_zero(s, t->state1, t->n));
+        if (t->published) GA_CHECK(ga_device_copy(&s->ex, t->params, t->published, bytes));
+        return GA_OK;
+    }
     GA_CHECK(ga_device_copy(&s->ex, t->params, full->data, bytes));
-    GA_CHECK(ga_store_zero(s, t->sum, t->n));
     if (t->state0) GA_CHECK(ga_store_zero(s, t->state0, t->n));
     if (t->state1) GA_CHECK(ga_store_zero(s, t->state1, t->n));
     if (t->published) GA_CHECK(ga_device_copy(&s->ex, t->published, t->params, bytes));
@@ -269,11 +283,18 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
     if (init) memcpy(full->data, init, n * sizeof(float));
     else memset(full->data, 0, n * sizeof(float));
 
-    GA_CHECK_GOTO(floats_get(s, true, n, &t.params), rc, fail);
-    GA_CHECK_GOTO(floats_get(s, true, n, &t.sum), rc, fail);
+    bool deltas = c->pull_codec != GA_CODEC_NONE;
+    if (s->compute == GA_STORE_MEM_HOST) {
+        /* The version-0 blob is the store's published copy (or its params): store_internal.h. */
+        t.pub = ga_blob_ref(full);
+        s->bytes += ga_blob_footprint(full->size);
+        if (deltas) t.published = (float *)full->data;
+        else t.params = (float *)full->data;
+    }
+    if (!t.params) GA_CHECK_GOTO(floats_get(s, true, n, &t.params), rc, fail);
     GA_CHECK_GOTO(floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
     GA_CHECK_GOTO(floats_get(s, adam, n, &t.state1), rc, fail);
-    GA_CHECK_GOTO(floats_get(s, c->pull_codec != GA_CODEC_NONE, n, &t.published), rc, fail);
+    if (!t.published) GA_CHECK_GOTO(floats_get(s, deltas, n, &t.published), rc, fail);
     /* A failure from here on may leave the record array or the scratch larger (counted in
      * ga_store_bytes); no tensor, sum or publication changes. */
     GA_CHECK_GOTO(reserve(s), rc, fail);
@@ -298,48 +319,113 @@ fail:
 
 /* ---- the step's sums ---- */
 
+ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                              size_t len, size_t count, float *dst)
+{
+    if (s->compute == GA_STORE_MEM_HOST) {
+        /* Codecs read payloads as 32-bit words; a protobuf buffer need not be aligned. */
+        if ((uintptr_t)payload % 4 != 0) {
+            GA_CHECK(ga_store_regrow(s, s->staging, &s->stage, &s->stage_cap,
+                                     len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES));
+            memcpy(s->stage, payload, len);
+            payload = s->stage;
+        }
+        return ga_codec_decode_add(&s->ex, codec, p, payload, len, count, dst);
+    }
+
+    /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
+     * between calls, so the buffers can be replaced here. */
+    size_t want = len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES;
+    GA_CHECK(ga_store_regrow(s, s->staging, &s->stage, &s->stage_cap, want));
+    GA_CHECK(ga_store_regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
+    if (len) memcpy(s->stage, payload, len);
+    ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
+    if (rc == GA_OK) rc = ga_codec_decode_add(&s->ex, codec, p, s->dev_in, len, count, dst);
+    ga_status synced = ga_exec_sync(&s->ex); /* the staging buffers are reused by the next call */
+    return rc != GA_OK ? rc : synced;
+}
+
+void ga_store_held_clear(ga_store *s, ga_store_tensor *t)
+{
+    for (size_t i = 0; i < t->nheld; i++) ga_store_mem_put(s, GA_STORE_MEM_HOST, t->held[i].data, t->held[i].len);
+    t->nheld = 0;
+}
+
+static bool dense(ga_codec_id codec)
+{
+    return codec == GA_CODEC_NONE || codec == GA_CODEC_FP16 || codec == GA_CODEC_BF16;
+}
+
+/* Keeps a copy of a chunk for the apply, after checking it exactly as the decode will. */
+static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t count, ga_codec_id codec,
+                      const ga_codec_params *p, const void *payload, size_t len)
+{
+    if (t->nheld == t->held_cap) {
+        size_t cap = t->held_cap ? 2 * t->held_cap : 8;
+        void *q;
+        GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, cap * sizeof *t->held, &q));
+        if (t->nheld) memcpy(q, t->held, t->nheld * sizeof *t->held);
+        ga_store_mem_put(s, GA_STORE_MEM_HOST, t->held, t->held_cap * sizeof *t->held);
+        t->held = q;
+        t->held_cap = cap;
+    }
+    void *data;
+    GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, len, &data)); /* ga_malloc: aligned for the codecs */
+    if (len) memcpy(data, payload, len);
+    ga_status rc = ga_codec_check_payload(codec, p, data, len, count);
+    if (rc != GA_OK) {
+        ga_store_mem_put(s, GA_STORE_MEM_HOST, data, len);
+        return rc;
+    }
+    t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, data, len};
+    return GA_OK;
+}
+
 ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                               const ga_codec_params *p, const void *payload, size_t len)
 {
     if (!s) return GA_E_INVAL;
     if (t >= s->count) return GA_E_UNKNOWN_TENSOR;
-    const ga_store_tensor *tensor = &s->tensors[t];
+    ga_store_tensor *tensor = &s->tensors[t];
     if (offset > tensor->n || count > tensor->n - offset) return GA_E_LENGTH;
     /* The length is checked before any staging, so a bad chunk cannot make the buffers grow. */
     size_t most;
     GA_CHECK(ga_codec_encoded_size(codec, p, count, &most));
     if (len > most) return GA_E_LENGTH;
     if (len > 0 && !payload) return GA_E_INVAL;
-    float *sum = tensor->sum + offset;
+    if (!p) return GA_E_INVAL;
 
-    if (s->compute == GA_STORE_MEM_HOST) {
-        /* Codecs read payloads as 32-bit words; a protobuf buffer need not be aligned. */
-        if ((uintptr_t)payload % 4 != 0) {
-            GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap,
-                            len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES));
-            memcpy(s->stage, payload, len);
-            payload = s->stage;
-        }
-        return ga_codec_decode_add(&s->ex, codec, p, payload, len, count, sum);
+    if (!tensor->summing && (tensor->nheld > 0 || !dense(codec))) {
+        if (count == 0) return ga_codec_check_payload(codec, p, payload, len, 0); /* adds nothing */
+        return hold(s, tensor, offset, count, codec, p, payload, len);
     }
-
-    /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
-     * between calls, so the buffers can be replaced here. */
-    size_t want = len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES;
-    GA_CHECK(regrow(s, s->staging, &s->stage, &s->stage_cap, want));
-    GA_CHECK(regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
-    if (len) memcpy(s->stage, payload, len);
-    ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
-    if (rc == GA_OK) rc = ga_codec_decode_add(&s->ex, codec, p, s->dev_in, len, count, sum);
-    ga_status synced = ga_exec_sync(&s->ex); /* the staging buffers are reused by the next call */
-    return rc != GA_OK ? rc : synced;
+    if (!tensor->sum) {
+        float *sum = NULL;
+        GA_CHECK(floats_get(s, true, tensor->n, &sum));
+        ga_status rc = ga_store_zero(s, sum, tensor->n);
+        ga_status synced = ga_exec_sync(&s->ex);
+        if (rc == GA_OK) rc = synced;
+        if (rc != GA_OK) {
+            ga_store_mem_put(s, s->compute, sum, tensor->n * sizeof(float));
+            return rc;
+        }
+        tensor->sum = sum;
+    }
+    ga_status rc = ga_store_decode_add(s, codec, p, payload, len, count, tensor->sum + offset);
+    if (rc == GA_OK) tensor->summing = true;
+    return rc;
 }
 
 ga_status ga_store_discard(ga_store *s)
 {
     if (!s) return GA_E_INVAL;
     ga_status rc = GA_OK;
-    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) rc = ga_store_zero(s, s->tensors[i].sum, s->tensors[i].n);
+    for (uint32_t i = 0; i < s->count; i++) {
+        ga_store_tensor *t = &s->tensors[i];
+        ga_store_held_clear(s, t);
+        if (t->summing && rc == GA_OK) rc = ga_store_zero(s, t->sum, t->n);
+        t->summing = false;
+    }
     ga_status synced = ga_exec_sync(&s->ex);
     return rc != GA_OK ? rc : synced;
 }

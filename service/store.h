@@ -55,17 +55,20 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
 /* Bytes the store holds on the host and on the device. */
 uint64_t ga_store_bytes(const ga_store *s);
 
-/* Decodes one chunk's payload (host memory, borrowed) and adds it into tensor t's sum over
- * [offset, offset + count). Validates before touching the sum; on error nothing changed. */
+/* Adds one chunk's payload (host memory, borrowed for the call) to tensor t's gradient over
+ * [offset, offset + count): decoded into the step's dense sum, or (a compressed first chunk of
+ * the step) checked and held as a copy until the apply decodes it (store_internal.h), so a
+ * compressed step holds its payloads instead of an fp32 sum. Validates before anything
+ * changes; on error nothing changed. */
 ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                               const ga_codec_params *p, const void *payload, size_t len);
-/* Closes a step that had `contributors` >= 1 pushes: scales the sums (mean), runs the optimizer
- * on every tensor, zeroes the sums, and publishes every tensor into out[0..tensors): the new
- * full values, and with a pull codec the delta encoded piece by piece from the previous
+/* Closes a step that had `contributors` >= 1 pushes: sums each tensor's chunks in arrival order,
+ * scales the sums (mean), runs the optimizer on every tensor, clears the sums and held chunks,
+ * and publishes every tensor into out[0..tensors): the new full values, and with a pull codec the delta encoded piece by piece from the previous
  * publication, which is then advanced by exactly the decoded delta (server-side error feedback:
  * what was not sent stays in params - published). On error nothing is published. */
 ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
-/* Drops the step's sums (zeroes them) without applying. */
+/* Drops the step's sums and held chunks without applying. */
 ga_status ga_store_discard(ga_store *s);
 
 /* ---- checkpoints (store_snapshot.c): the state a version is made of, to and from the host ---- */

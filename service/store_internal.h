@@ -6,14 +6,39 @@
 
 #include "store.h"
 
+/* A compressed chunk of the open step, kept as it came (a host copy, 4-byte aligned) until the
+ * step is applied: W compressed pushes are far smaller than a dense fp32 sum. */
+typedef struct ga_store_held {
+    size_t offset, count;
+    ga_codec_id codec;
+    ga_codec_params params;
+    void *data;
+    size_t len;
+} ga_store_held;
+
 typedef struct ga_store_tensor {
     size_t n;
     float *params;
-    float *sum;       /* the open step's sum; zero between steps */
+    /* The open step's chunks go one of two ways, fixed by its first chunk: a dense one (fp32,
+     * fp16, bf16) starts `summing` and every chunk is added into `sum` as it comes (the sum is
+     * made at the first dense chunk and kept, zero between steps); a compressed one starts
+     * holding, and every chunk is held until the apply adds them, range by range in arrival
+     * order into a small block (store_publish.c). Either way each element is
+     * ((0 + c0) + c1) + ... in arrival order: the same bits. */
+    float *sum;
+    bool summing;
+    ga_store_held *held;
+    size_t nheld, held_cap;
     float *state0;    /* SGD momentum buffer (momentum != 0), or Adam m; else NULL */
     float *state1;    /* Adam v; else NULL */
     float *published; /* what workers hold (pull codec only; fp32 pulls publish params) */
     uint64_t adam_t;  /* Adam steps taken on this tensor */
+    /* CPU: the blob that `published` (pull codec) or `params` (fp32 pulls) lives in, the store's
+     * reference; it is also the version's full publication, so the store keeps no copy of what
+     * it publishes. Each apply moves the values into the next version's blob (store_publish.c
+     * rebase) before changing them: a blob is never written once handed out. CUDA: NULL (the
+     * buffers are device memory and each version copies its full values to a new host blob). */
+    ga_blob *pub;
 } ga_store_tensor;
 
 /* Where a buffer lives: host (ga_malloc), pinned host, or device. */
@@ -36,6 +61,10 @@ struct ga_store {
     void *payload;   /* one encoded piece (4-byte aligned, as the codecs need) */
     size_t payload_cap;
 
+    /* The gradient of one range while applying held chunks (compute memory), grown as needed. */
+    float *grad;
+    size_t grad_elems;
+
     /* CUDA: a block of device zeros that clears sums and residuals by copies (no memset kernel),
      * sized min(largest tensor, ZERO_MAX_ELEMS). */
     float *zeros;
@@ -57,5 +86,13 @@ void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes);
 ga_status ga_store_zero(ga_store *s, float *dst, size_t n);
 /* Pieces of a tensor of n elements. */
 size_t ga_store_npieces(const ga_store *s, size_t n);
+/* Replaces *buf (capacity *cap bytes) by one of at least `need` bytes; contents not kept. */
+ga_status ga_store_regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need);
+/* Decodes a checked payload (host memory) of `count` elements and adds it into dst (compute
+ * memory): aligned or staged as the backend needs. */
+ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                              size_t len, size_t count, float *dst);
+/* Frees tensor t's held chunks (after the apply or a discard). */
+void ga_store_held_clear(ga_store *s, ga_store_tensor *t);
 
 #endif

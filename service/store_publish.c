@@ -2,6 +2,7 @@
  * every tensor, as fp32 values or as a compressed delta with server-side error feedback.
  * One sequence of kernel calls for both backends, so the CPU and CUDA stores publish the same
  * bytes (each kernel is bit-identical across backends). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ga_alloc.h"
@@ -45,20 +46,133 @@ nomem:
     return GA_E_NOMEM;
 }
 
-/* sum -> mean -> optimizer -> params; then the sum is cleared for the next step. */
-static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale)
+/* Elements of a gradient block for the ranges no held chunk covers (zero gradients). */
+#define GAP_BLOCK_ELEMS ((size_t)1 << 20)
+
+/* grad (len elements, scratch) -> mean -> optimizer on elements [lo, lo + len) of tensor t.
+ * Every kernel is element-wise, so a tensor stepped range by range gets the bits it would get
+ * in one call. */
+static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t len, float *grad, float scale)
 {
     const ga_store_config *c = &s->cfg;
-    if (scale != 1.0f) GA_CHECK(ga_reduce_scale(&s->ex, t->sum, t->n, scale));
+    if (len == 0) return GA_OK;
+    if (scale != 1.0f) GA_CHECK(ga_reduce_scale(&s->ex, grad, len, scale));
+    float *p = t->params + lo, *s0 = t->state0 ? t->state0 + lo : NULL, *s1 = t->state1 ? t->state1 + lo : NULL;
     switch (c->optim) {
-    case GA_OPTIM_NONE: GA_CHECK(ga_reduce_add(&s->ex, t->params, t->sum, t->n)); break;
-    case GA_OPTIM_SGD: GA_CHECK(ga_sgd_step(&s->ex, &c->sgd, t->params, t->state0, t->sum, t->n)); break;
-    case GA_OPTIM_ADAM:
-        GA_CHECK(ga_adam_step(&s->ex, &c->adam, t->adam_t + 1, t->params, t->state0, t->state1, t->sum, t->n));
-        t->adam_t++;
-        break;
+    case GA_OPTIM_NONE: return ga_reduce_add(&s->ex, p, grad, len);
+    case GA_OPTIM_SGD: return ga_sgd_step(&s->ex, &c->sgd, p, s0, grad, len);
+    case GA_OPTIM_ADAM: return ga_adam_step(&s->ex, &c->adam, t->adam_t + 1, p, s0, s1, grad, len);
     }
-    return ga_store_zero(s, t->sum, t->n);
+    return GA_E_OPTIM;
+}
+
+/* The gradient block holds at least `elems` (>= 1) elements. */
+static ga_status grad_reserve(ga_store *s, size_t elems)
+{
+    if (elems == 0) elems = 1;
+    if (elems <= s->grad_elems) return GA_OK;
+    void *buf = s->grad;
+    size_t cap = s->grad_elems * sizeof(float);
+    GA_CHECK(ga_store_regrow(s, s->compute, &buf, &cap, elems * sizeof(float)));
+    s->grad = buf;
+    s->grad_elems = elems;
+    return GA_OK;
+}
+
+/* Elements [lo, hi) with zero gradients, block by block. */
+static ga_status step_gap(ga_store *s, ga_store_tensor *t, size_t lo, size_t hi, float scale)
+{
+    while (lo < hi) {
+        size_t len = hi - lo < s->grad_elems ? hi - lo : s->grad_elems;
+        GA_CHECK(ga_store_zero(s, s->grad, len));
+        GA_CHECK(step_range(s, t, lo, len, s->grad, scale));
+        lo += len;
+    }
+    return GA_OK;
+}
+
+static int held_order(const void *x, const void *y)
+{
+    const ga_store_held *a = *(ga_store_held *const *)x, *b = *(ga_store_held *const *)y;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return a < b ? -1 : a > b; /* arrival order within a range */
+}
+
+/* The held chunks sorted by range (arrival order within one); true when any two ranges are equal
+ * or disjoint, so each range's gradient is the sum of whole chunks. */
+static bool held_ranges(const ga_store_tensor *t, ga_store_held **by)
+{
+    for (size_t i = 0; i < t->nheld; i++) by[i] = &t->held[i];
+    qsort(by, t->nheld, sizeof *by, held_order);
+    for (size_t i = 1; i < t->nheld; i++) {
+        const ga_store_held *a = by[i - 1], *b = by[i];
+        bool same = a->offset == b->offset && a->count == b->count;
+        if (!same && b->offset < a->offset + a->count) return false;
+    }
+    return true;
+}
+
+/* Sum of the held chunks range by range (each into the block, in arrival order), then the
+ * optimizer on that range; ranges no chunk covers step with zero gradients. Ranges that
+ * overlap partly (chunks cut differently by different pushes) take a whole-tensor sum. */
+static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale)
+{
+    ga_store_held **by = ga_malloc((t->nheld + 1) * sizeof *by);
+    if (!by) return GA_E_NOMEM;
+    ga_status rc = GA_OK;
+    if (!held_ranges(t, by)) {
+        float *sum = NULL;
+        void *p;
+        GA_CHECK_GOTO(ga_store_mem_get(s, s->compute, t->n * sizeof(float), &p), rc, out);
+        sum = p;
+        rc = ga_store_zero(s, sum, t->n);
+        for (size_t i = 0; i < t->nheld && rc == GA_OK; i++) {
+            const ga_store_held *h = &t->held[i];
+            rc = ga_store_decode_add(s, h->codec, &h->params, h->data, h->len, h->count, sum + h->offset);
+        }
+        if (rc == GA_OK) rc = step_range(s, t, 0, t->n, sum, scale);
+        ga_status synced = ga_exec_sync(&s->ex); /* before the sum goes */
+        if (rc == GA_OK) rc = synced;
+        ga_store_mem_put(s, s->compute, sum, t->n * sizeof(float));
+        goto out;
+    }
+    size_t most = GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n;
+    for (size_t i = 0; i < t->nheld; i++) most = by[i]->count > most ? by[i]->count : most;
+    GA_CHECK_GOTO(grad_reserve(s, most), rc, out);
+    size_t pos = 0;
+    for (size_t i = 0; i < t->nheld && rc == GA_OK;) {
+        size_t lo = by[i]->offset, len = by[i]->count;
+        rc = step_gap(s, t, pos, lo, scale);
+        if (rc == GA_OK) rc = ga_store_zero(s, s->grad, len);
+        for (; i < t->nheld && by[i]->offset == lo && rc == GA_OK; i++)
+            rc = ga_store_decode_add(s, by[i]->codec, &by[i]->params, by[i]->data, by[i]->len, len, s->grad);
+        if (rc == GA_OK) rc = step_range(s, t, lo, len, s->grad, scale);
+        pos = lo + len;
+    }
+    if (rc == GA_OK) rc = step_gap(s, t, pos, t->n, scale);
+out:
+    ga_free(by);
+    return rc;
+}
+
+/* The step's gradient (held chunks, the dense sum, or zeros) -> mean -> optimizer -> params;
+ * the sum is cleared and the held chunks freed for the next step. */
+static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale)
+{
+    if (t->nheld > 0) {
+        GA_CHECK(step_held(s, t, scale));
+    } else if (t->sum) {
+        GA_CHECK(step_range(s, t, 0, t->n, t->sum, scale));
+        GA_CHECK(ga_store_zero(s, t->sum, t->n));
+    } else {
+        GA_CHECK(grad_reserve(s, GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n));
+        GA_CHECK(step_gap(s, t, 0, t->n, scale));
+    }
+    if (s->cfg.optim == GA_OPTIM_ADAM) t->adam_t++;
+    t->summing = false;
+    GA_CHECK(ga_exec_sync(&s->ex)); /* the held payloads may be read by a queued decode */
+    ga_store_held_clear(s, t);
+    return GA_OK;
 }
 
 /* Why a delta cannot be sent: the parameters (or the published copy) are no longer finite, or a
@@ -108,6 +222,19 @@ static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pu
     return GA_OK;
 }
 
+/* CPU: moves the values the apply will change (params with fp32 pulls, the published copy with
+ * a pull codec) into the new version's blob, which becomes the store's; the old blob stays as
+ * it was for whoever still streams it. */
+static void rebase(ga_store_tensor *t, ga_published *pub)
+{
+    float *old = (float *)t->pub->data, *next = (float *)pub->full->data;
+    memcpy(next, old, t->n * sizeof(float));
+    if (t->params == old) t->params = next;
+    if (t->published == old) t->published = next;
+    ga_blob_unref(t->pub);
+    t->pub = ga_blob_ref(pub->full);
+}
+
 static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *pub)
 {
     const float *src = t->params;
@@ -115,6 +242,7 @@ static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *p
         GA_CHECK(publish_delta(s, t, pub));
         src = t->published;
     }
+    if (t->pub) return GA_OK; /* the values are already in pub->full (rebase) */
     return ga_device_copy(&s->ex, pub->full->data, src, t->n * sizeof(float));
 }
 
@@ -138,6 +266,7 @@ ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out)
 
     s->version++; /* the version being published (the top-k seed reads it) */
     for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) {
+        if (s->tensors[i].pub) rebase(&s->tensors[i], &pubs[i]);
         rc = step_tensor(s, &s->tensors[i], scale);
         if (rc == GA_OK) rc = publish_tensor(s, &s->tensors[i], &pubs[i]);
     }

@@ -59,6 +59,12 @@ ga_status ga_store_publication(ga_store *s, uint32_t t, ga_published *out)
 {
     if (!s || t >= s->count || !out) return GA_E_INVAL;
     const ga_store_tensor *x = &s->tensors[t];
+    if (x->pub) { /* CPU: the store's blob is the publication */
+        memset(out, 0, sizeof *out);
+        out->full = ga_blob_ref(x->pub);
+        out->npieces = ga_store_npieces(s, x->n);
+        return GA_OK;
+    }
     ga_blob *full = ga_blob_create(x->n * sizeof(float));
     if (!full) return GA_E_NOMEM;
     /* Workers hold the published copy when deltas are on, the parameters otherwise. */
