@@ -126,7 +126,9 @@ void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
     if (!persisting(job)) return;
     char why[GA_WHY_CAP];
     if (!complete) {
-        /* A complete step closes by itself at replay; one closed short must be told to. */
+        /* A complete step closes by itself at replay; one closed short must be told to. No
+         * second close can find one pending: until it is written nothing commits, and the
+         * step after it opens empty. */
         job->close_unjournaled = step + 1;
         if (write_pending_close(job, why) != GA_OK) ga_log(GA_LOG_ERROR, "%s; pushes are refused until it is", why);
         return; /* STEP mode synced the CLOSE record with it */

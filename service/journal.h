@@ -1,9 +1,8 @@
 /* A job's push journal: every change that is acknowledged before a checkpoint covers it (job
- * creation, tensor creation, push commits, short step closes, leaves and returns after a leave)
- * is appended here before its ack, so
- * a restarted server rebuilds exactly what it had acknowledged from the newest checkpoint plus
- * the journal (core_persist.c). Loop thread for appends; replay runs at start-up; pruning may
- * run on a thread-pool task (it never touches the open segment).
+ * creation, tensor creation, push commits, short step closes, member changes) is appended here
+ * before its ack, so a restarted server rebuilds exactly what it had acknowledged from the
+ * newest checkpoint plus the journal (core_persist.c). Loop thread for appends; replay runs at
+ * start-up; pruning may run on a thread-pool task (it never touches the open segment).
  *
  * Files: <job dir>/journal-<counter:10>-<first seq:20>.log, appended in counter order. A record
  * is [u32 type][u32 0][u64 seq][u64 body length][body][u32 crc32c of all before it], little
