@@ -80,6 +80,22 @@ static inline void ga_test_server_start(ga_test_server *s, int port, const char 
         fail_msg("server did not start: '%s' (log %s)", line, s->log);
 }
 
+/* Stops the server (SIGSTOP) and returns once every thread of it has stopped. kill() alone
+ * returns before that: a loaded machine lets the other threads answer calls for a while. */
+static inline void ga_test_server_freeze(ga_test_server *s)
+{
+    assert_int_equal(kill(s->pid, SIGSTOP), 0);
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(s->pid, &status, WUNTRACED)) < 0 && errno == EINTR) {
+    }
+    assert_int_equal(got, s->pid);
+    assert_true(WIFSTOPPED(status));
+}
+
+/* Lets a frozen server go on (SIGCONT). */
+static inline void ga_test_server_thaw(ga_test_server *s) { assert_int_equal(kill(s->pid, SIGCONT), 0); }
+
 /* Sends sig and reaps the server; after SIGTERM it must have exited 0 (a clean drain). */
 static inline void ga_test_server_stop(ga_test_server *s, int sig)
 {

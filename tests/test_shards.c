@@ -347,7 +347,7 @@ static void a_failed_shard_catches_up(void **state)
     o.optimizer = GA_SERVER_OPTIM_NONE;
     o.pull_codec = GA_CODEC_NONE;
     o.shard_split_elements = 2048;
-    o.call_timeout_ms = 1000;
+    o.call_timeout_ms = 2000; /* the stopped shard costs one whole timeout */
     static float params[N], g[6][N];
     for (size_t i = 0; i < N; i++) params[i] = (float)i * 1e-3f;
     for (int k = 0; k < 6; k++)
@@ -366,10 +366,10 @@ static void a_failed_shard_catches_up(void **state)
         const float *gk[1] = {g[k]};
         assert_int_equal(ga_client_step(c, gk), GA_OK);
     }
-    kill(servers[1].pid, SIGSTOP);
+    ga_test_server_freeze(&servers[1]);
     const float *g3[1] = {g[3]};
     ga_status st = ga_client_step(c, g3);
-    kill(servers[1].pid, SIGCONT);
+    ga_test_server_thaw(&servers[1]);
     assert_int_equal(st, GA_E_DEADLINE);
     snprintf(msg, sizeof msg, "shard 1 (127.0.0.1:%d): push step 3: E_DEADLINE", servers[1].port);
     if (strncmp(ga_client_error(c), msg, strlen(msg)) != 0) fail_msg("error: %s", ga_client_error(c));
