@@ -639,9 +639,10 @@ ga_status ga_client_init(ga_client *c)
     ga_status st = ga_client_device_load(c);
     if (st != GA_OK) return ga_client_fail(c, st, "init: copying device tensors to the host: %s", ga_strerror(st));
     if (map_pieces(c) != GA_OK) return ga_client_fail(c, GA_E_NOMEM, "init: out of memory");
-    /* Safe to repeat after a failure: a second init of the same tensors is a no-op. */
+    /* Safe to repeat after a failure: a second init of the same tensors is a no-op. Rank 0's
+     * values are the initial ones; the other ranks await them rather than send W copies. */
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].used;
-    ga_shards_run(c, ga_shard_send_init);
+    ga_shards_run(c, c->opt.rank == 0 ? ga_shard_send_init : ga_shard_await_init);
     if ((st = ga_shards_error(c)) != GA_OK) return st;
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].exact = false;
     if ((st = ga_client_pull(c, 0)) != GA_OK) return st;

@@ -191,8 +191,10 @@ ga_status ga_client_fold_back(ga_client *c, const bool *mask);      /* push.c */
 ga_status ga_client_pull_shards(ga_client *c);                      /* pull.c */
 /* ga_client_pull_shards of every used shard at version >= min_version. */
 ga_status ga_client_pull(ga_client *c, uint64_t min_version);       /* pull.c */
-/* Shard task: InitTensors of sh's pieces. */
+/* Shard task: InitTensors of sh's pieces with their values. */
 ga_status ga_shard_send_init(ga_client *c, ga_shard *sh);           /* init.c */
+/* Shard task: InitTensors of sh's pieces awaiting another rank's values (await_values). */
+ga_status ga_shard_await_init(ga_client *c, ga_shard *sh);          /* init.c */
 
 /* Device tensors (device.c). */
 /* Makes the client's CUDA stream (once) and t's mirror and zeroed device residual. */

@@ -157,8 +157,10 @@ void ga_client_destroy(ga_client *c);
  * into it. Before ga_client_init only. Writes the tensor's index. */
 ga_status ga_client_add_tensor(ga_client *c, const char *name, const uint64_t *shape, int ndim, float *params,
                                const ga_tensor_options *opt, int *index);
-/* Sends each tensor's current params as its initial value (the first rank's values win; a
- * later init of the same shape is a no-op) and pulls the current version into every params. */
+/* Rank 0 sends each tensor's current params as its initial value; every other rank names its
+ * tensors without values and waits (up to step_timeout_ms) until rank 0's init made them, so a
+ * shard receives one copy of the model. A later init of the same shapes is a no-op. Then pulls
+ * the current version into every params: all ranks start from rank 0's values. */
 ga_status ga_client_init(ga_client *c);
 
 /* One training step: grads[i] (n_i floats, borrowed, read only) for each tensor i in

@@ -1,7 +1,9 @@
 /* InitTensors: every registered tensor's current values as its initial value, each shard getting
  * its pieces (a split tensor's range as a 1-D tensor of its own), streamed in aligned fp32 chunks
  * straight from the caller's buffers, with retries (the first init of a tensor wins; a repeated
- * one is a no-op, so a retry is harmless). */
+ * one is a no-op, so a retry is harmless). An awaiting init names the pieces without values and
+ * is answered once another rank's init made them: a shard then receives one copy of the model,
+ * not one per rank. */
 #include <stdio.h>
 
 #include "client_internal.h"
@@ -9,9 +11,12 @@
 
 static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
 {
-    (void)arg;
+    bool await = *(const bool *)arg;
     ga_stream *s = NULL;
-    ga_status st = ga_stream_open(sh->ch, GA_METHOD_INIT, c->opt.call_timeout_ms, &s);
+    /* An awaiting init waits for another rank, as a pull waits for a step. */
+    uint32_t timeout_ms = await && c->opt.step_timeout_ms > c->opt.call_timeout_ms ? c->opt.step_timeout_ms
+                                                                                   : c->opt.call_timeout_ms;
+    ga_status st = ga_stream_open(sh->ch, GA_METHOD_INIT, timeout_ms, &s);
     if (st != GA_OK) {
         snprintf(why, cap, "cannot open the stream: %s", ga_strerror(st));
         return st;
@@ -21,6 +26,7 @@ static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     chunk.job = c->job;
     chunk.rank = c->opt.rank;
     chunk.incarnation = c->incarnation;
+    chunk.await_values = await;
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];
         const ga_piece *pc = sh->pieces[i];
@@ -29,6 +35,10 @@ static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
         chunk.tensor = pc->name;
         chunk.n_shape = t->npieces == 1 ? (size_t)t->ndim : 1;
         chunk.shape = t->npieces == 1 ? t->shape : &range_shape;
+        if (await) { /* its name and shape only */
+            st = ga_stream_send(s, &chunk.base, NULL, 0);
+            continue;
+        }
         size_t nchunks = ga_chunks_count(pc->count, elems);
         for (size_t k = 0; k < nchunks && st == GA_OK; k++) {
             size_t off, count;
@@ -57,12 +67,16 @@ static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     return st;
 }
 
-ga_status ga_shard_send_init(ga_client *c, ga_shard *sh)
+static ga_status send_init(ga_client *c, ga_shard *sh, bool await)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->ntensors; i++) n += sh->pieces[i] != NULL;
     char why[256];
-    ga_status st = ga_shard_retry(c, sh, init_attempt, NULL, why, sizeof why);
-    if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "init of %zu tensors", n);
+    ga_status st = ga_shard_retry(c, sh, init_attempt, &await, why, sizeof why);
+    if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "%s of %zu tensors", await ? "awaiting init" : "init", n);
     return GA_OK;
 }
+
+ga_status ga_shard_send_init(ga_client *c, ga_shard *sh) { return send_init(c, sh, false); }
+
+ga_status ga_shard_await_init(ga_client *c, ga_shard *sh) { return send_init(c, sh, true); }

@@ -280,6 +280,14 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
                     c->tensor, (unsigned long long)c->offset, (unsigned long long)c->offset,
                     (unsigned long long)c->count, (unsigned long long)elems);
     size_t len = c->values.len;
+    if (b && c->await_values != b->await_values)
+        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu (tensor '%s'): await_values %s, chunk 0 had %s", k,
+                              c->tensor, c->await_values ? "true" : "false", b->await_values ? "true" : "false");
+    if (c->await_values && len > 0)
+        return ga_status_fail(GA_E_INVAL, why, cap,
+                              "init chunk %zu (tensor '%s'): await_values with %zu bytes of values (an awaiting init "
+                              "carries none)",
+                              k, c->tensor, len);
     if (len > 0) {
         if (c->count == 0 || len != 4 * c->count)
             return ga_status_fail(GA_E_LENGTH, why, cap,
@@ -317,6 +325,7 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
         }
         fresh->rank = chunk->rank;
         fresh->incarnation = chunk->incarnation;
+        fresh->await_values = chunk->await_values;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {

@@ -43,6 +43,7 @@ typedef struct ga_init {
     size_t count, cap;
     size_t payload_bytes; /* the chunks' values */
     size_t held_bytes;    /* values plus each chunk's header, as for pushes */
+    bool await_values;    /* every chunk's await_values: creates nothing, carries no values */
 } ga_init;
 
 /* Both add functions run on a completion-queue thread; the bundles then belong to the core

@@ -46,6 +46,7 @@ void ga_core_destroy(ga_core *c)
         ga_job *job = c->jobs[i];
         /* Every call handed in is finished once, even one still waiting here. */
         ga_core_pulls_end(job, GA_E_DRAINING, "the server is shutting down");
+        ga_core_inits_end(job, GA_E_DRAINING, "the server is shutting down");
         uv_timer_stop(job->timer);
         ga_job_destroy(job);
     }
@@ -86,6 +87,7 @@ void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...)
     job->fault = st;
     snprintf(job->fault_why, sizeof job->fault_why, "job '%.60s' failed: %s", job->name, msg);
     ga_core_pulls_end(job, st, job->fault_why);
+    ga_core_inits_end(job, st, job->fault_why);
 }
 
 static bool all_idle(const ga_core *c)
@@ -244,12 +246,12 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
     uint64_t now = uv_now(c->loop);
     if (m->incarnation != incarnation) {
         uint64_t idle = now - m->active_ms;
-        if (m->incarnation != 0 && !m->left && (m->pulls_waiting > 0 || idle < c->opt.member_lease_ms)) {
+        if (m->incarnation != 0 && !m->left && (ga_member_waiting(m) || idle < c->opt.member_lease_ms)) {
             snprintf(why, GA_WHY_CAP,
                      "rank %u of job '%s' is held by incarnation %" PRIu64 ", active %" PRIu64
                      " ms ago (lease %u ms%s)",
-                     rank, job->name, m->incarnation, m->pulls_waiting ? 0 : idle, c->opt.member_lease_ms,
-                     m->pulls_waiting ? ", waiting in a pull" : "");
+                     rank, job->name, m->incarnation, ga_member_waiting(m) ? 0 : idle, c->opt.member_lease_ms,
+                     m->pulls_waiting ? ", waiting in a pull" : m->inits_waiting ? ", waiting in an init" : "");
             return GA_E_RANK_HELD;
         }
     }
@@ -412,7 +414,10 @@ out:
 
 /* ---- cancel / drain ---- */
 
-void ga_core_cancel(ga_core *c, ga_call *call) { ga_core_pull_cancel(c, call); }
+void ga_core_cancel(ga_core *c, ga_call *call)
+{
+    if (!ga_core_pull_cancel(c, call)) ga_core_init_cancel(c, call);
+}
 
 void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
 {
@@ -423,6 +428,8 @@ void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
     for (size_t i = 0; i < c->njobs; i++) {
         ga_job *job = c->jobs[i];
         uv_timer_stop(job->timer);
+        /* Inits are refused from now on: no tensor an awaiting init waits for can come. */
+        ga_core_inits_end(job, GA_E_DRAINING, "the server is shutting down: the tensors this init awaits will not be created here");
         if (job->dir)
             ga_persist_final(job); /* the open step's commits are in the journal */
         else if (!job->async && job->fault == GA_OK && job->step.committed > 0)

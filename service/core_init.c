@@ -1,6 +1,7 @@
 /* InitTensors: checks an init bundle against the job as a whole (shapes, coverage of values,
  * limits, no new tensor after the first commit), registers the new tensors and creates them in
- * the store on the job's task queue; answered when the task is done. */
+ * the store on the job's task queue; answered when the task is done. An awaiting init (no
+ * values) is parked until another rank's init has registered every tensor it names. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ typedef struct init_task {
     new_tensor *nt;
     size_t first, count; /* tensors [first, first + count) are new */
     uint32_t existing;
+    size_t missing; /* tensors an awaiting init names that are not registered yet */
     ga_published *pubs;
     size_t created;
     ga_status rc;
@@ -191,6 +193,10 @@ static ga_status check_init(ga_core *c, ga_job *job, init_task *it, bool *pendin
                      job->name, job->async ? job->version : job->step.step, ch->tensor);
             return GA_E_JOB_CONFIG;
         }
+        if (init->await_values) { /* another rank's init will create it */
+            it->missing++;
+            continue;
+        }
         uint64_t n = elements_of(ch);
         new_tensor *nt = &it->nt[it->count++];
         *nt = (new_tensor){.elements = n, .lo = lo, .hi = hi};
@@ -247,6 +253,83 @@ static ga_status register_new(ga_job *job, init_task *it)
     return GA_OK;
 }
 
+/* ---- awaiting inits ---- */
+
+static void park(ga_job *job, ga_call *call, ga_init *init)
+{
+    ga_init_wait *w = ga_calloc(1, sizeof *w);
+    if (!w) {
+        ga_call_finish(call, NULL, GA_E_NOMEM, "out of memory parking an init");
+        ga_init_free(init);
+        return;
+    }
+    *w = (ga_init_wait){call, init, NULL};
+    ga_init_wait **tail = &job->init_waits;
+    while (*tail) tail = &(*tail)->next;
+    *tail = w;
+    job->members[init->rank].inits_waiting++;
+    job->core->held_bytes += init->held_bytes;
+}
+
+/* Unlinks *link (which it frees) and gives back its call and init. */
+static ga_init *unpark(ga_job *job, ga_init_wait **link, ga_call **call)
+{
+    ga_init_wait *w = *link;
+    ga_init *init = w->init;
+    *link = w->next;
+    *call = w->call;
+    ga_member *m = &job->members[init->rank];
+    if (m->inits_waiting) m->inits_waiting--;
+    m->active_ms = uv_now(job->core->loop); /* a worker that waited was active until now */
+    job->core->held_bytes -= init->held_bytes;
+    ga_free(w);
+    return init;
+}
+
+static bool all_registered(const ga_job *job, const ga_init *init)
+{
+    for (size_t i = 0; i < init->count; i++)
+        if (ga_job_tensor_find(job, init->parts[i].chunk->tensor) < 0) return false;
+    return true;
+}
+
+/* Runs again every parked init whose tensors are all registered now: each queues behind the
+ * creating init's task, so it is answered once the tensors are ready. */
+static void wake_inits(ga_core *c, ga_job *job)
+{
+    for (ga_init_wait **w = &job->init_waits; *w;) {
+        if (!all_registered(job, (*w)->init)) {
+            w = &(*w)->next;
+            continue;
+        }
+        ga_call *call;
+        ga_init *init = unpark(job, w, &call);
+        ga_core_init(c, call, init); /* creates nothing, so wakes nothing: *w is still valid */
+    }
+}
+
+void ga_core_inits_end(ga_job *job, ga_status st, const char *why)
+{
+    while (job->init_waits) {
+        ga_call *call;
+        ga_init_free(unpark(job, &job->init_waits, &call));
+        ga_call_finish(call, NULL, st, "%s", why);
+    }
+}
+
+bool ga_core_init_cancel(ga_core *c, ga_call *call)
+{
+    for (size_t i = 0; i < c->njobs; i++)
+        for (ga_init_wait **w = &c->jobs[i]->init_waits; *w; w = &(*w)->next) {
+            if ((*w)->call != call) continue;
+            ga_call *gone;
+            ga_init_free(unpark(c->jobs[i], w, &gone));
+            ga_call_finish(gone, NULL, GA_E_CANCELLED, "the client went away while its init awaited the tensors");
+            return true;
+        }
+    return false;
+}
+
 void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
 {
     char why[GA_WHY_CAP];
@@ -288,6 +371,11 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
     it->init = init;
     bool pending = false;
     GA_CHECK_GOTO(check_init(c, job, it, &pending, why), st, refuse);
+    if (it->missing) {
+        park(job, call, init);
+        ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
+        return;
+    }
     if (it->count == 0 && !pending) { /* nothing to create or wait for */
         answer(call, job->version, 0, it->existing);
         goto free;
@@ -303,7 +391,9 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
     it->job = job;
     it->call = call;
     c->held_bytes += init->held_bytes;
+    bool created = it->count > 0;
     ga_taskq_push(&job->tasks, &it->t);
+    if (created) wake_inits(c, job);
     return;
 refuse:
     ga_call_finish(call, NULL, st, "%s", why);

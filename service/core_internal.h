@@ -65,5 +65,9 @@ void ga_core_pulls_serve(ga_job *job); /* answers waiting pulls whose version ex
  * the others `st` with the message. */
 void ga_core_pulls_end(ga_job *job, ga_status st, const char *why);
 bool ga_core_pull_cancel(ga_core *c, ga_call *call);
+/* core_init.c: the parked awaiting inits (await_values) finished with st, or the one of call
+ * as cancelled (false: not parked). */
+void ga_core_inits_end(ga_job *job, ga_status st, const char *why);
+bool ga_core_init_cancel(ga_core *c, ga_call *call);
 
 #endif

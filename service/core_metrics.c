@@ -40,7 +40,7 @@ static worker_state member_state(const ga_core *c, const ga_member *m, uint64_t 
 {
     if (m->incarnation == 0) return W_ABSENT;
     if (m->left) return W_LEFT;
-    if (m->pulls_waiting > 0 || now - m->active_ms < c->opt.member_lease_ms) return W_ACTIVE;
+    if (ga_member_waiting(m) || now - m->active_ms < c->opt.member_lease_ms) return W_ACTIVE;
     return W_IDLE;
 }
 

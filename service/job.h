@@ -25,12 +25,16 @@ typedef struct ga_member {
     bool left;
     uint64_t active_ms;     /* uv_now of its last call */
     uint32_t pulls_waiting; /* a worker blocked in a pull is active */
+    uint32_t inits_waiting; /* ... and one blocked in an awaiting init */
     bool has_pushed;
     uint64_t last_step; /* last committed step */
     /* Sync: bit i set = step last_step - i committed by this rank. Older steps count as not
      * committed (a retry 64 steps late is refused as closed). */
     uint64_t commit_mask;
 } ga_member;
+
+/* Blocked in a call that waits for others (a pull, an awaiting init): active, lease or not. */
+static inline bool ga_member_waiting(const ga_member *m) { return m->pulls_waiting > 0 || m->inits_waiting > 0; }
 
 typedef struct ga_tensor {
     char *name;
@@ -50,6 +54,14 @@ struct ga_pull_wait {
     bool has_version;
     uint64_t have_version;
     ga_pull_wait *prev, *next;
+};
+
+/* An init with await_values whose tensors do not all exist yet (core_init.c). */
+typedef struct ga_init_wait ga_init_wait;
+struct ga_init_wait {
+    ga_call *call;
+    struct ga_init *init; /* owned */
+    ga_init_wait *next;
 };
 
 typedef struct ga_job {
@@ -76,6 +88,7 @@ typedef struct ga_job {
     uv_timer_t *timer; /* straggler deadline (sync); freed by its close callback */
     ga_taskq tasks;
     ga_pull_wait *pulls; /* waiting pulls, oldest first */
+    ga_init_wait *init_waits; /* parked awaiting inits, oldest first */
     ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];
 

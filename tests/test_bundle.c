@@ -250,6 +250,7 @@ typedef struct init_spec {
     uint64_t offset, count;
     const void *values;
     size_t len;
+    bool await_values;
 } init_spec;
 
 static Gradagg__V1__InitChunk *init_chunk(const init_spec *s)
@@ -267,6 +268,7 @@ static Gradagg__V1__InitChunk *init_chunk(const init_spec *s)
     c.count = s->count;
     c.values.data = (uint8_t *)s->values;
     c.values.len = s->len;
+    c.await_values = s->await_values;
     return (Gradagg__V1__InitChunk *)fake_wire_copy(&c.base);
 }
 
@@ -294,6 +296,8 @@ static void i_other_shape(init_spec *s) { s->shape[1] = 9; }
 static void i_outside(init_spec *s) { s->offset = 20; }
 static void i_length(init_spec *s) { s->len = 60; }
 static void i_nan(init_spec *s) { s->values = nan_payload; }
+static void i_await_values(init_spec *s) { s->await_values = true; }
+static void i_await_later(init_spec *s) { s->await_values = true, s->values = NULL, s->len = 0; }
 
 static const init_bad init_bads[] = {
     {"empty job", i_job_empty, GA_E_INVAL, "job name is empty"},
@@ -307,6 +311,8 @@ static const init_bad init_bads[] = {
     {"outside", i_outside, GA_E_COVERAGE, "[20, 20 + 16) outside its 32 elements"},
     {"values length", i_length, GA_E_LENGTH, "60 bytes of values for count 16"},
     {"nan", i_nan, GA_E_NONFINITE, "NaN or Inf"},
+    {"await with values", i_await_values, GA_E_INVAL, "await_values true, chunk 0 had false"},
+    {"await after values", i_await_later, GA_E_INVAL, "await_values true, chunk 0 had false"},
 };
 
 static void test_init_checks(void **state)
@@ -359,6 +365,30 @@ static void test_init_checks(void **state)
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
 }
 
+/* An awaiting init: names and shapes only, every chunk awaiting. */
+static void test_init_await(void **state)
+{
+    (void)state;
+    uint64_t mem0 = ga_mem_in_use(GA_MEM_HOST);
+    ga_init *b = NULL;
+    char why[256];
+    init_spec s = {"job", 2, 5, "w", {4, 8}, 2, 0, 0, NULL, 0, true};
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_true(b->await_values);
+    s.tensor = "b", s.ndim = 1, s.shape[0] = 8;
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(b->payload_bytes, 0);
+    s.values = ones, s.count = 8, s.len = 32;
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_E_INVAL);
+    assert_non_null(strstr(why, "await_values with 32 bytes of values"));
+    s.values = NULL, s.count = 0, s.len = 0, s.await_values = false;
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_E_INVAL);
+    assert_non_null(strstr(why, "await_values false, chunk 0 had true"));
+    assert_int_equal(b->count, 2);
+    ga_init_free(b);
+    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
+}
+
 /* A hostile stream of tiny chunks: each 4-byte payload carries a header of its own, and the
  * limit stops the stream once what it holds (headers included) reaches the limit, so the memory
  * it takes stays within the limit, far before its payloads alone would reach it. */
@@ -394,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_push_checks),
         cmocka_unit_test(test_codec_wire),
         cmocka_unit_test(test_init_checks),
+        cmocka_unit_test(test_init_await),
         cmocka_unit_test(test_tiny_chunks_bounded),
         cmocka_unit_test(test_host_memory_returned),
     };

@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,7 @@ static void worker_open(worker *wk, const ga_client_options *o, const ga_tensor_
     wk->small = ga_malloc(SMALL * sizeof(float));
     wk->gsmall = ga_malloc(SMALL * sizeof(float));
     assert_true(wk->big && wk->gbig && wk->small && wk->gsmall);
-    /* Every rank starts from different values: the first init wins, the pull overwrites. */
+    /* Every rank starts from different values: rank 0's init sets them, the pull overwrites. */
     for (size_t i = 0; i < BIG; i++) wk->big[i] = (float)(i % 101) * 0.01f + (float)o->rank;
     for (size_t i = 0; i < SMALL; i++) wk->small[i] = 1.0f + (float)o->rank;
     char msg[512];
@@ -479,6 +480,60 @@ static void join_waits_for_server(void **state)
     ga_server_destroy(late);
 }
 
+/* ---- init ---- */
+
+typedef struct initing {
+    worker *wk;
+    atomic_bool done;
+} initing;
+
+static void *init_only(void *arg)
+{
+    initing *x = arg;
+    x->wk->st = ga_client_init(x->wk->c);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* Ranks 1 and 2 init first and wait (their init awaits the values) until rank 0's init, 300 ms
+ * later, made the tensors; every rank then holds rank 0's values, whatever it held before. */
+static void others_await_rank0_values(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    worker w[N];
+    for (uint32_t r = 0; r < N; r++) {
+        ga_client_options o = options("await", r, N);
+        worker_open(&w[r], &o, NULL);
+    }
+    float *big0 = ga_malloc(BIG * sizeof(float)), small0[SMALL];
+    assert_non_null(big0);
+    memcpy(big0, w[0].big, BIG * sizeof(float));
+    memcpy(small0, w[0].small, sizeof small0);
+    initing x[N];
+    pthread_t th[N];
+    for (uint32_t r = 1; r < N; r++) {
+        x[r].wk = &w[r];
+        atomic_init(&x[r].done, false);
+        assert_int_equal(pthread_create(&th[r], NULL, init_only, &x[r]), 0);
+    }
+    sleep_ms(300);
+    for (uint32_t r = 1; r < N; r++) assert_false(atomic_load(&x[r].done));
+    assert_int_equal(ga_client_init(w[0].c), GA_OK);
+    for (uint32_t r = 1; r < N; r++) {
+        pthread_join(th[r], NULL);
+        if (w[r].st != GA_OK) fail_msg("rank %u: %s", r, ga_client_error(w[r].c));
+    }
+    for (uint32_t r = 0; r < N; r++) {
+        assert_memory_equal(w[r].big, big0, BIG * sizeof(float));
+        assert_memory_equal(w[r].small, small0, sizeof small0);
+    }
+    run_all(w, N, 0, 2);
+    expect_identical(w, N, 2);
+    for (uint32_t r = 0; r < N; r++) worker_close(&w[r]);
+    ga_free(big0);
+}
+
 /* ---- errors ---- */
 
 static void errors_carry_exact_status(void **state)
@@ -542,6 +597,7 @@ int main(void)
         cmocka_unit_test(straggler_folded_back),
         cmocka_unit_test(resent_push_counted_once),
         cmocka_unit_test(join_waits_for_server),
+        cmocka_unit_test(others_await_rank0_values),
         cmocka_unit_test(errors_carry_exact_status),
     };
     int failed = cmocka_run_group_tests(tests, start_server, stop_server);

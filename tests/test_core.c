@@ -182,7 +182,8 @@ typedef struct init_spec {
     const float *values; /* NULL: no values */
 } init_spec;
 
-static ga_call *init(harness *h, const char *job, uint32_t rank, uint64_t inc, const init_spec *specs, size_t n)
+static ga_call *init_stream(harness *h, const char *job, uint32_t rank, uint64_t inc, const init_spec *specs,
+                            size_t n, bool await_values)
 {
     ga_init *b = NULL;
     char why[256];
@@ -197,6 +198,7 @@ static ga_call *init(harness *h, const char *job, uint32_t rank, uint64_t inc, c
         c.shape = shape;
         c.offset = specs[i].offset;
         c.count = specs[i].count;
+        c.await_values = await_values;
         if (specs[i].values) {
             c.values.data = (uint8_t *)(specs[i].values + specs[i].offset);
             c.values.len = 4 * specs[i].count;
@@ -207,6 +209,29 @@ static ga_call *init(harness *h, const char *job, uint32_t rank, uint64_t inc, c
     ga_call *c = fake_call_new();
     ga_core_init(h->core, c, b);
     return c;
+}
+
+static ga_call *init(harness *h, const char *job, uint32_t rank, uint64_t inc, const init_spec *specs, size_t n)
+{
+    return init_stream(h, job, rank, inc, specs, n, false);
+}
+
+/* An init that names specs without values and waits for another rank's (await_values). */
+static ga_call *await_init(harness *h, const char *job, uint32_t rank, uint64_t inc, const init_spec *specs, size_t n)
+{
+    return init_stream(h, job, rank, inc, specs, n, true);
+}
+
+/* Finishes an init call that must have succeeded; checks its counts. */
+static void expect_init(ga_call *c, uint32_t created, uint32_t existing)
+{
+    expect(c, GA_OK);
+    Gradagg__V1__InitResponse *r =
+        (Gradagg__V1__InitResponse *)fake_call_response(c, &gradagg__v1__init_response__descriptor);
+    assert_int_equal(r->created, created);
+    assert_int_equal(r->existing, existing);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    fake_call_free(c);
 }
 
 typedef struct part {
@@ -1037,6 +1062,74 @@ static void test_drain(void **state)
     workload_free(&wl);
 }
 
+/* ---- awaiting inits ---- */
+
+/* Ranks 1 and 2 ask for the tensors before rank 0 made them: parked (and active), answered once
+ * rank 0's init created them, with rank 0's values published; a cancelled one leaves; a wrong
+ * shape, a tensor that can no longer be created and a drain each end one with their status. */
+static void test_await_init(void **state)
+{
+    (void)state;
+    workload wl;
+    workload_make(&wl);
+    harness h;
+    ga_core_options o = test_options();
+    h_open(&h, &o);
+    config k;
+    config_init(&k, WORLD);
+    for (uint32_t r = 0; r < WORLD; r++) done(join(&h, "j", r, 100 + r, &k), GA_OK);
+    ga_job *job = ga_core_job(h.core, "j");
+    const init_spec both[] = {{"w", {50, 50}, 2, 0, 0, NULL}, {"b", {300, 0}, 1, 0, 0, NULL}};
+    ga_call *a1 = await_init(&h, "j", 1, 101, both, 2), *a2 = await_init(&h, "j", 2, 102, both, 1);
+    ga_call *gone = await_init(&h, "j", 2, 102, both + 1, 1);
+    settle(&h);
+    assert_false(a1->finished);
+    assert_false(a2->finished);
+    assert_int_equal(job->ntensors, 0);
+    assert_true(ga_member_waiting(&job->members[1]));
+    ga_core_cancel(h.core, gone);
+    done(gone, GA_E_CANCELLED);
+
+    float wv[2500], bv[300];
+    for (size_t i = 0; i < 2500; i++) wv[i] = init_value(i);
+    for (size_t i = 0; i < 300; i++) bv[i] = init_value(i + 7);
+    const init_spec values[] = {{"w", {50, 50}, 2, 0, 2500, wv}, {"b", {300, 0}, 1, 0, 300, bv}};
+    ga_call *c0 = init(&h, "j", 0, 100, values, 2);
+    assert_false(a1->finished); /* queued behind the creation */
+    settle(&h);
+    expect_init(c0, 2, 0);
+    expect_init(a1, 0, 2);
+    expect_init(a2, 0, 1);
+    assert_false(ga_member_waiting(&job->members[1]));
+    assert_false(ga_member_waiting(&job->members[2]));
+    worker w;
+    worker_init(&w);
+    worker_apply(&w, pull(&h, "j", 1, 101, 0, false, 0));
+    assert_memory_equal(w.held[0], wv, sizeof wv);
+    assert_memory_equal(w.held[1], bv, sizeof bv);
+    worker_free(&w);
+
+    /* Existing tensors answer at once; a wrong shape is refused. */
+    expect_init(await_init(&h, "j", 2, 102, both, 2), 0, 2);
+    const init_spec flat = {"w", {2500, 0}, 1, 0, 0, NULL};
+    done(await_init(&h, "j", 2, 102, &flat, 1), GA_E_SHAPE);
+    /* Once the job took a push no tensor can be added: an init awaiting a new one is refused at
+     * once; one parked before that push waits on until the drain ends it. */
+    const init_spec later = {"later", {8, 0}, 1, 0, 0, NULL};
+    ga_call *parked = await_init(&h, "j", 1, 101, &later, 1);
+    expect_ack(push_step(&h, "j", &wl, 0, 0, 0), 0, false, 0);
+    done(await_init(&h, "j", 2, 102, &later, 1), GA_E_JOB_CONFIG);
+    assert_false(parked->finished);
+    int drains = 0;
+    ga_core_drain(h.core, drained, &drains);
+    expect(parked, GA_E_DRAINING);
+    assert_non_null(strstr(parked->message, "will not be created here"));
+    fake_call_free(parked);
+    assert_false(ga_member_waiting(&job->members[1]));
+    h_close(&h);
+    workload_free(&wl);
+}
+
 /* ---- membership ---- */
 
 static void wait_ms(harness *h, unsigned ms)
@@ -1550,6 +1643,7 @@ int main(void)
         cmocka_unit_test(test_async),           cmocka_unit_test(test_waiting_pull),
         cmocka_unit_test(test_compressed_pull), cmocka_unit_test(test_drain),
         cmocka_unit_test(test_membership),      cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_await_init),
         cmocka_unit_test(test_bad_inputs),      cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

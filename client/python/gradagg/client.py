@@ -294,8 +294,9 @@ class Client:
         return list(self._tensors)
 
     def init(self) -> None:
-        """Sends every tensor's current values as its initial value (the first rank's values
-        win) and pulls the job's current version into every registered array."""
+        """Rank 0 sends every tensor's current values as its initial value; the other ranks
+        wait for them (up to step_timeout_ms). Then pulls the job's current version into every
+        registered array, so every rank starts from rank 0's values."""
         with self._lock:
             self._sync_devices(range(len(self._tensors)))
             st = _lib.ga_client_init(self._h())
