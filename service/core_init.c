@@ -33,6 +33,7 @@ typedef struct init_task {
     size_t first, count; /* tensors [first, first + count) are new */
     uint32_t existing;
     size_t missing; /* tensors an awaiting init names that are not registered yet */
+    bool store_ahead; /* the store created a tensor whose values failed: the job must fail */
     ga_published *pubs;
     size_t created;
     ga_status rc;
@@ -47,6 +48,24 @@ static int entry_order(const void *x, const void *y)
     return a->part < b->part ? -1 : a->part > b->part;
 }
 
+/* Writes the values of a tensor created with zeros chunk by chunk into its parameters (and its
+ * published copy), so no assembled copy of the whole tensor exists beside the chunks and the
+ * store; then takes its publication again (the CPU's is the same blob). */
+static ga_status write_chunks(init_task *it, const new_tensor *nt, uint32_t index, ga_published *pub)
+{
+    ga_store *s = it->job->store;
+    bool published = ga_store_has(s, index, GA_STORE_BUF_PUBLISHED);
+    for (size_t i = nt->lo; i < nt->hi; i++) {
+        const Gradagg__V1__InitChunk *c = it->init->parts[it->e[i].part].chunk;
+        if (!c->values.len) continue;
+        const float *v = (const float *)c->values.data;
+        GA_CHECK(ga_store_write(s, index, GA_STORE_BUF_PARAMS, (size_t)c->offset, (size_t)c->count, v));
+        if (published) GA_CHECK(ga_store_write(s, index, GA_STORE_BUF_PUBLISHED, (size_t)c->offset, (size_t)c->count, v));
+    }
+    ga_published_clear(pub);
+    return ga_store_publication(s, index, pub);
+}
+
 static void init_work(ga_task *t)
 {
     init_task *it = (init_task *)t;
@@ -54,32 +73,21 @@ static void init_work(ga_task *t)
     for (size_t k = 0; k < it->count; k++) {
         const new_tensor *nt = &it->nt[k];
         size_t n = (size_t)nt->elements;
-        float *buf = NULL;
-        const float *init = NULL;
-        if (nt->values) {
-            const Gradagg__V1__InitChunk *first = it->init->parts[it->e[nt->lo].part].chunk;
-            if (nt->hi - nt->lo == 1 && first->count == n) {
-                init = (const float *)first->values.data; /* one chunk holds it all */
-            } else {
-                buf = ga_malloc(n * sizeof *buf);
-                if (!buf) {
-                    it->rc = GA_E_NOMEM;
-                    return;
-                }
-                for (size_t i = nt->lo; i < nt->hi; i++) {
-                    const Gradagg__V1__InitChunk *c = it->init->parts[it->e[i].part].chunk;
-                    if (c->values.len) memcpy(buf + c->offset, c->values.data, c->values.len);
-                }
-                init = buf;
-            }
-        }
+        const Gradagg__V1__InitChunk *first = it->init->parts[it->e[nt->lo].part].chunk;
+        bool whole = nt->values && nt->hi - nt->lo == 1 && first->count == n; /* one chunk holds it all */
         uint32_t index = 0;
-        it->rc = ga_store_add_tensor(it->job->store, n, init, &index, &it->pubs[k]);
-        ga_free(buf);
+        it->rc = ga_store_add_tensor(it->job->store, n, whole ? (const float *)first->values.data : NULL, &index,
+                                     &it->pubs[k]);
         if (it->rc != GA_OK) return;
         if (index != it->first + k) { /* the store and the table disagree: a bug, never silent */
             ga_published_clear(&it->pubs[k]);
             it->rc = GA_E_INVAL;
+            return;
+        }
+        if (nt->values && !whole && (it->rc = write_chunks(it, nt, index, &it->pubs[k])) != GA_OK) {
+            /* Only a device error gets here: the store holds a tensor the table will not. */
+            ga_published_clear(&it->pubs[k]);
+            it->store_ahead = true;
             return;
         }
         it->created = k + 1;
@@ -111,7 +119,7 @@ static void init_done(ga_task *t)
         const char *name = job->tensors[it->first + it->created].name;
         ga_call_finish(it->call, NULL, it->rc, "job '%s': creating tensor '%.100s' (%zu of %zu created): %s", job->name,
                        name, it->created, it->count, ga_strerror(it->rc));
-        if (job->ntensors == it->first + it->count)
+        if (job->ntensors == it->first + it->count && !it->store_ahead)
             ga_job_tensor_truncate(job, it->first + it->created);
         else
             ga_core_job_fault(job, it->rc, "creating tensor '%.100s': %s", name, ga_strerror(it->rc));
