@@ -36,6 +36,11 @@ ga_blob *ga_blob_ref(ga_blob *b)
     return b;
 }
 
+int ga_blob_refs(const ga_blob *b)
+{
+    return atomic_load_explicit(&((const blob_impl *)b)->refs, memory_order_acquire);
+}
+
 void ga_blob_unref(ga_blob *b)
 {
     if (!b) return;

@@ -60,7 +60,10 @@ void ga_persist_applied(ga_job *job, uint64_t version);  /* queued the apply of 
 void ga_persist_final(ga_job *job);                      /* drain: the last checkpoint */
 
 /* Pulls (core_pull.c). */
-void ga_core_pulls_serve(ga_job *job); /* answers waiting pulls whose version exists */
+/* Answers waiting pulls whose version exists. Only where no apply runs (an apply's done, or the
+ * job's queue idle): an answer takes references to the published blobs, which a running apply
+ * may be rewriting in place (store.h ga_store_apply_in_place). */
+void ga_core_pulls_serve(ga_job *job);
 /* Answers or refuses every waiting pull of the job: answerable ones get their version,
  * the others `st` with the message. */
 void ga_core_pulls_end(ga_job *job, ga_status st, const char *why);

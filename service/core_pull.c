@@ -1,5 +1,6 @@
-/* Pulls: answered at once when the version exists, parked until the next version is published
- * otherwise; answers stream every tensor piece by piece straight from the published blobs. */
+/* Pulls: answered at once when the version exists and no apply is queued, parked until the next
+ * version is published otherwise; answers stream every tensor piece by piece straight from the
+ * published blobs. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,15 @@ static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_v
     ga_call_finish(call, NULL, GA_OK, NULL);
 }
 
+/* An apply is queued or running: it may rewrite the current blobs in place (store.h
+ * ga_store_apply_in_place), so no pull may take a reference to them until its apply_done,
+ * which publishes and then answers what waited (ga_core_pulls_serve). The task queue starts
+ * the next task only after that done returns, so answers from a done callback are safe. */
+static bool apply_queued(const ga_job *job)
+{
+    return job->target > job->version;
+}
+
 static void unlink_wait(ga_pull_wait *w)
 {
     ga_job *job = w->job;
@@ -72,10 +82,13 @@ void ga_core_pulls_serve(ga_job *job)
 
 void ga_core_pulls_end(ga_job *job, ga_status st, const char *why)
 {
+    /* A fault may come while an apply is queued (not from its done): answering would reference
+     * blobs it may be rewriting, so then every waiting pull gets st. */
+    bool answerable = !apply_queued(job);
     for (ga_pull_wait *w = job->pulls, *next; w; w = next) {
         next = w->next;
         unlink_wait(w);
-        if (w->min_version <= job->version)
+        if (answerable && w->min_version <= job->version)
             answer(job, w->call, w->has_version, w->have_version);
         else
             ga_call_finish(w->call, NULL, st, "%s", why);
@@ -114,13 +127,15 @@ void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req)
         snprintf(why, sizeof why, "%s", job->fault_why);
         goto refuse;
     }
-    if (req->min_version <= job->version) {
+    if (req->min_version <= job->version && !apply_queued(job)) {
         answer(job, call, req->has_version, req->have_version);
         goto free;
     }
     /* Queued work may already promise later versions than the next one (async commits, or a
      * sync step closing while the next one fills). */
     uint64_t promised = job->target > job->version ? job->target : job->version;
+    /* A pull parked for a version that exists (apply_queued) gets the next one: a drain lets the
+     * queued applies finish, and min_version <= promised. */
     if (c->draining && req->min_version > promised) {
         st = GA_E_DRAINING;
         snprintf(why, sizeof why, "the server is shutting down: version %" PRIu64 " of job '%s' will not be published",

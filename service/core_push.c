@@ -65,7 +65,9 @@ static void apply_work(ga_task *t)
 {
     apply_task *a = (apply_task *)t;
     uint64_t t0 = uv_hrtime();
-    a->rc = ga_store_apply(a->job->store, a->contributors, a->out);
+    /* In place: the job keeps one reference to each latest publication, and no pull takes a
+     * new one while this runs (core_pull.c parks them until apply_done). */
+    a->rc = ga_store_apply_in_place(a->job->store, a->contributors, a->out);
     a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
 }
 

@@ -68,6 +68,15 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
  * publication, which is then advanced by exactly the decoded delta (server-side error feedback:
  * what was not sent stays in params - published). On error nothing is published. */
 ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
+/* ga_store_apply that, on the CPU backend, rewrites a tensor's current full blob in place and
+ * publishes that same blob when no one but the store and the caller holds it: no second fp32
+ * copy of the tensor exists during the step. The caller promises that it keeps at most one
+ * reference to each tensor's latest full publication, and that no thread takes a new reference
+ * to any blob of this store while the call runs; a blob with any other holder (a pull still
+ * streaming it) goes the ga_store_apply way and is never written. On the CPU backend nothing
+ * can fail once the first value changed, so an error still publishes nothing and leaves every
+ * blob as it was; the CUDA backend always works as ga_store_apply. */
+ga_status ga_store_apply_in_place(ga_store *s, uint32_t contributors, ga_published *out);
 /* Drops the step's sums and held chunks without applying. */
 ga_status ga_store_discard(ga_store *s);
 

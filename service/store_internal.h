@@ -35,8 +35,10 @@ typedef struct ga_store_tensor {
     uint64_t adam_t;  /* Adam steps taken on this tensor */
     /* CPU: the blob that `published` (pull codec) or `params` (fp32 pulls) lives in, the store's
      * reference; it is also the version's full publication, so the store keeps no copy of what
-     * it publishes. Each apply moves the values into the next version's blob (store_publish.c
-     * rebase) before changing them: a blob is never written once handed out. CUDA: NULL (the
+     * it publishes. An apply changes the values in this blob when no one else holds it (the
+     * caller's latest publication aside: ga_store_apply_in_place), and otherwise first moves
+     * them into the next version's blob (store_publish.c rebase): a blob another holder may
+     * still read is never written. CUDA: NULL (the
      * buffers are device memory and each version copies its full values to a new host blob). */
     ga_blob *pub;
 } ga_store_tensor;

@@ -22,8 +22,9 @@ void ga_published_clear(ga_published *p)
 
 /* Allocates the blobs of one tensor's next publication before any math runs, so a failure
  * to allocate changes nothing. The delta blob is sized for the largest payload of each piece
- * (exact for fixed-size codecs; top-k payloads are usually shorter, see publish_delta). */
-static ga_status publication_alloc(const ga_store *s, const ga_store_tensor *t, ga_published *pub)
+ * (exact for fixed-size codecs; top-k payloads are usually shorter, see publish_delta). In place
+ * (CPU), the full publication is the store's own blob, rewritten by the step. */
+static ga_status publication_alloc(const ga_store *s, ga_store_tensor *t, bool in_place, ga_published *pub)
 {
     size_t npieces = ga_store_npieces(s, t->n), pe = s->cfg.piece_elems, most = 0;
     memset(pub, 0, sizeof *pub);
@@ -38,7 +39,7 @@ static ga_status publication_alloc(const ga_store *s, const ga_store_tensor *t, 
         pub->delta = ga_blob_create(most);
         if (!pub->delta_off || !pub->delta) goto nomem;
     }
-    pub->full = ga_blob_create(t->n * sizeof(float));
+    pub->full = in_place ? ga_blob_ref(t->pub) : ga_blob_create(t->n * sizeof(float));
     if (!pub->full) goto nomem;
     return GA_OK;
 nomem:
@@ -112,33 +113,84 @@ static bool held_ranges(const ga_store_tensor *t, ga_store_held **by)
     return true;
 }
 
+/* The gradient block a tensor's step needs (0: none), with its held chunks sorted into `by`;
+ * *whole is set when the held ranges overlap partly and the step needs a whole-tensor sum. */
+static size_t grad_need(const ga_store_tensor *t, ga_store_held **by, bool *whole)
+{
+    size_t gap = GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n, most = gap;
+    *whole = false;
+    if (t->nheld == 0) return t->sum ? 0 : gap;
+    if (!held_ranges(t, by)) {
+        *whole = true;
+        return 0;
+    }
+    for (size_t i = 0; i < t->nheld; i++) most = by[i]->count > most ? by[i]->count : most;
+    return most;
+}
+
+/* What every tensor's step needs, allocated before the first value changes, so that on the CPU
+ * (where every kernel argument is checked) nothing can fail once the math started. */
+typedef struct apply_scratch {
+    ga_store_held **by; /* room for the most held chunks of any tensor */
+    float *sum;         /* a whole-tensor sum (compute memory), for partly overlapping ranges */
+    size_t sum_elems;
+} apply_scratch;
+
+static ga_status scratch_get(ga_store *s, apply_scratch *x)
+{
+    size_t most_held = 0, grad = 0, sum = 0;
+    for (uint32_t i = 0; i < s->count; i++)
+        most_held = s->tensors[i].nheld > most_held ? s->tensors[i].nheld : most_held;
+    memset(x, 0, sizeof *x);
+    x->by = ga_malloc((most_held + 1) * sizeof *x->by);
+    if (!x->by) return GA_E_NOMEM;
+    for (uint32_t i = 0; i < s->count; i++) {
+        bool whole;
+        size_t need = grad_need(&s->tensors[i], x->by, &whole);
+        grad = need > grad ? need : grad;
+        if (whole && s->tensors[i].n > sum) sum = s->tensors[i].n;
+    }
+    ga_status rc = grad > 0 ? grad_reserve(s, grad) : GA_OK;
+    void *p = NULL;
+    if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
+    if (rc != GA_OK) {
+        ga_free(x->by);
+        x->by = NULL;
+        return rc;
+    }
+    x->sum = p;
+    x->sum_elems = sum;
+    return GA_OK;
+}
+
+/* After the last use (the stream synced on CUDA). */
+static void scratch_put(ga_store *s, apply_scratch *x)
+{
+    ga_free(x->by);
+    ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
+    memset(x, 0, sizeof *x);
+}
+
 /* Sum of the held chunks range by range (each into the block, in arrival order), then the
  * optimizer on that range; ranges no chunk covers step with zero gradients. Ranges that
  * overlap partly (chunks cut differently by different pushes) take a whole-tensor sum. */
-static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale)
+static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale, apply_scratch *x)
 {
-    ga_store_held **by = ga_malloc((t->nheld + 1) * sizeof *by);
-    if (!by) return GA_E_NOMEM;
-    ga_status rc = GA_OK;
-    if (!held_ranges(t, by)) {
-        float *sum = NULL;
-        void *p;
-        GA_CHECK_GOTO(ga_store_mem_get(s, s->compute, t->n * sizeof(float), &p), rc, out);
-        sum = p;
-        rc = ga_store_zero(s, sum, t->n);
+    ga_store_held **by = x->by;
+    bool whole;
+    size_t most = grad_need(t, by, &whole);
+    if (whole) {
+        float *sum = x->sum;
+        ga_status rc = ga_store_zero(s, sum, t->n);
         for (size_t i = 0; i < t->nheld && rc == GA_OK; i++) {
             const ga_store_held *h = &t->held[i];
             rc = ga_store_decode_add(s, h->codec, &h->params, h->data, h->len, h->count, sum + h->offset);
         }
         if (rc == GA_OK) rc = step_range(s, t, 0, t->n, sum, scale);
-        ga_status synced = ga_exec_sync(&s->ex); /* before the sum goes */
-        if (rc == GA_OK) rc = synced;
-        ga_store_mem_put(s, s->compute, sum, t->n * sizeof(float));
-        goto out;
+        return rc;
     }
-    size_t most = GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n;
-    for (size_t i = 0; i < t->nheld; i++) most = by[i]->count > most ? by[i]->count : most;
-    GA_CHECK_GOTO(grad_reserve(s, most), rc, out);
+    GA_CHECK(grad_reserve(s, most)); /* reserved by scratch_get: no allocation */
+    ga_status rc = GA_OK;
     size_t pos = 0;
     for (size_t i = 0; i < t->nheld && rc == GA_OK;) {
         size_t lo = by[i]->offset, len = by[i]->count;
@@ -150,17 +202,15 @@ static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale)
         pos = lo + len;
     }
     if (rc == GA_OK) rc = step_gap(s, t, pos, t->n, scale);
-out:
-    ga_free(by);
     return rc;
 }
 
 /* The step's gradient (held chunks, the dense sum, or zeros) -> mean -> optimizer -> params;
  * the sum is cleared and the held chunks freed for the next step. */
-static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale)
+static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale, apply_scratch *x)
 {
     if (t->nheld > 0) {
-        GA_CHECK(step_held(s, t, scale));
+        GA_CHECK(step_held(s, t, scale, x));
     } else if (t->sum) {
         GA_CHECK(step_range(s, t, 0, t->n, t->sum, scale));
         GA_CHECK(ga_store_zero(s, t->sum, t->n));
@@ -242,8 +292,15 @@ static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *p
         GA_CHECK(publish_delta(s, t, pub));
         src = t->published;
     }
-    if (t->pub) return GA_OK; /* the values are already in pub->full (rebase) */
+    if (t->pub) return GA_OK; /* the values are already in pub->full (rebase, or in place) */
     return ga_device_copy(&s->ex, pub->full->data, src, t->n * sizeof(float));
+}
+
+/* A CPU tensor's blob may be rewritten when its only holders are the store and (at most) the
+ * caller's latest publication: the caller promised that no new reference appears meanwhile. */
+static bool rewritable(const ga_store_tensor *t, bool in_place)
+{
+    return in_place && t->pub && ga_blob_refs(t->pub) <= 2;
 }
 
 /* The mean's scale is computed once as (float)(1.0 / contributors): the double quotient rounded
@@ -252,31 +309,50 @@ static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *p
  * sum * 0x1.555556p-2f. One contributor skips the scale (x * 1 = x). Parameters that become
  * Inf or NaN (a diverging run, a huge learning rate) are a legitimate float outcome: they are
  * published as they are (fp32; a delta cannot carry them, see delta_unsendable) and not
- * refused. A kernel failure mid-way (only a device error can do that: every argument was
- * checked) leaves the step partly applied and publishes nothing. */
-ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out)
+ * refused. Every allocation (blobs, scratch) comes before the first value changes; after it
+ * only a kernel can fail, and only on a device error (every argument was checked): that leaves
+ * the step partly applied and publishes nothing. On the CPU nothing fails after it, which is
+ * what lets a blob be rewritten in place. */
+static ga_status apply(ga_store *s, uint32_t contributors, ga_published *out, bool in_place)
 {
     if (!s || contributors == 0 || (!out && s->count > 0)) return GA_E_INVAL;
     float scale = s->cfg.mean && contributors > 1 ? (float)(1.0 / contributors) : 1.0f;
     ga_published *pubs = ga_calloc(s->count ? s->count : 1, sizeof *pubs);
     if (!pubs) return GA_E_NOMEM;
+    apply_scratch x = {0};
     ga_status rc = GA_OK;
-    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) rc = publication_alloc(s, &s->tensors[i], &pubs[i]);
+    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) {
+        ga_store_tensor *t = &s->tensors[i];
+        rc = publication_alloc(s, t, rewritable(t, in_place), &pubs[i]);
+    }
+    if (rc == GA_OK) rc = scratch_get(s, &x);
     if (rc != GA_OK) goto done;
 
     s->version++; /* the version being published (the top-k seed reads it) */
     for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) {
-        if (s->tensors[i].pub) rebase(&s->tensors[i], &pubs[i]);
-        rc = step_tensor(s, &s->tensors[i], scale);
-        if (rc == GA_OK) rc = publish_tensor(s, &s->tensors[i], &pubs[i]);
+        ga_store_tensor *t = &s->tensors[i];
+        if (t->pub && pubs[i].full != t->pub) rebase(t, &pubs[i]);
+        rc = step_tensor(s, t, scale, &x);
+        if (rc == GA_OK) rc = publish_tensor(s, t, &pubs[i]);
     }
     ga_status synced = ga_exec_sync(&s->ex); /* the blobs are read by other threads once returned */
     if (rc == GA_OK) rc = synced;
     if (rc == GA_OK && s->count) memcpy(out, pubs, s->count * sizeof *pubs);
 
 done:
+    scratch_put(s, &x);
     if (rc != GA_OK)
         for (uint32_t i = 0; i < s->count; i++) ga_published_clear(&pubs[i]);
     ga_free(pubs);
     return rc;
+}
+
+ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out)
+{
+    return apply(s, contributors, out, false);
+}
+
+ga_status ga_store_apply_in_place(ga_store *s, uint32_t contributors, ga_published *out)
+{
+    return apply(s, contributors, out, true);
 }

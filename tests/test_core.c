@@ -940,6 +940,74 @@ static void test_waiting_pull(void **state)
     workload_free(&wl);
 }
 
+/* A pull that comes while an apply is queued waits for it, even for a version that exists: the
+ * apply may rewrite the current blobs in place (store.h ga_store_apply_in_place). It gets the
+ * new version. Async: it is answered by the first apply done, however many are queued. */
+static void test_pull_during_apply(void **state)
+{
+    (void)state;
+    workload wl;
+    workload_make(&wl);
+    harness h;
+    ga_core_options o = test_options();
+    h_open(&h, &o);
+    config k;
+    config_init(&k, WORLD);
+    float wv[2500];
+    setup_job(&h, "j", &k, wv);
+    model m;
+    model_init(&m, &k);
+    worker w;
+    worker_init(&w);
+    worker_apply(&w, pull(&h, "j", 0, 100, 0, false, 0)); /* nothing queued: at once */
+    assert_int_equal(w.version, 0);
+    for (int r = 0; r < WORLD; r++) expect_ack(push_step(&h, "j", &wl, 0, r, 0), 0, false, 0);
+    ga_call *old = pull(&h, "j", 1, 101, 0, false, 0), *next = pull(&h, "j", 2, 102, 1, false, 0);
+    assert_false(old->finished || next->finished);
+    settle(&h);
+    bool all[WORLD] = {true, true, true};
+    model_step(&m, &wl, 0, all);
+    worker_apply(&w, old);
+    assert_int_equal(w.version, 1);
+    expect_model(&w, &m);
+    worker_apply(&w, next);
+    assert_int_equal(w.version, 1);
+    expect_model(&w, &m);
+    model_free(&m);
+
+    config a;
+    config_init(&a, 2);
+    a.c.mode = GRADAGG__V1__MODE__MODE_ASYNC;
+    a.c.reduce = GRADAGG__V1__REDUCE__REDUCE_SUM;
+    a.o.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_NONE;
+    a.o.lr = a.o.momentum = a.o.weight_decay = 0.0f;
+    setup_job(&h, "a", &a, wv);
+    model_init(&m, &a);
+    expect_ack(push_step(&h, "a", &wl, 0, 0, 0), 0, false, 1);
+    ga_call *p1 = pull(&h, "a", 1, 101, 0, false, 0);
+    expect_ack(push_step(&h, "a", &wl, 0, 1, 0), 0, false, 2);
+    ga_call *p2 = pull(&h, "a", 0, 100, 0, false, 0);
+    assert_false(p1->finished || p2->finished);
+    async_commit(&m, &wl, 0, 0);
+    /* Only the first apply's done: the second has not run yet. */
+    while (!p1->finished) uv_run(&h.loop, UV_RUN_ONCE);
+    assert_true(p2->finished);
+    worker_apply(&w, p1);
+    assert_int_equal(w.version, 1);
+    expect_model(&w, &m);
+    worker_apply(&w, p2);
+    assert_int_equal(w.version, 1);
+    settle(&h);
+    async_commit(&m, &wl, 0, 1);
+    worker_apply(&w, pull(&h, "a", 1, 101, 0, false, 0));
+    assert_int_equal(w.version, 2);
+    expect_model(&w, &m);
+    worker_free(&w);
+    model_free(&m);
+    h_close(&h);
+    workload_free(&wl);
+}
+
 /* ---- compressed pulls ---- */
 
 static void test_compressed_pull(void **state)
@@ -1641,6 +1709,7 @@ int main(void)
         cmocka_unit_test(test_sync_orders),     cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_deadline),        cmocka_unit_test(test_default_deadline),
         cmocka_unit_test(test_async),           cmocka_unit_test(test_waiting_pull),
+        cmocka_unit_test(test_pull_during_apply),
         cmocka_unit_test(test_compressed_pull), cmocka_unit_test(test_drain),
         cmocka_unit_test(test_membership),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_await_init),

@@ -2,7 +2,8 @@
  * store built from the oracles (oracle.c, oracle_topk.c, oracle_optim.c): published fp32 values,
  * delta payloads and offsets byte for byte, and a simulated worker that starts from version 0
  * and applies every delta holds exactly the published values after every step. Bad chunks
- * change nothing; configuration errors; non-finite parameters; memory accounting. */
+ * change nothing; configuration errors; non-finite parameters; memory accounting; the in-place
+ * apply publishes the same bytes and never writes a blob a pull still holds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -676,6 +677,97 @@ static void publications_outlive_the_store(void **state)
     ga_blob_unref(extra);
 }
 
+/* ---- in place (ga_store_apply_in_place) ---- */
+
+/* The bytes of one publication equal another's: full values, delta payloads and offsets. */
+static void expect_same_pub(const ga_published *got, const ga_published *want, size_t n, const char *name, int step)
+{
+    if (memcmp(got->full->data, want->full->data, n * sizeof(float)) != 0)
+        fail_msg("%s step %d: in place full values differ from the copying apply", name, step);
+    assert_int_equal(got->npieces, want->npieces);
+    assert_int_equal(got->delta == NULL, want->delta == NULL);
+    if (!want->delta) return;
+    assert_int_equal(got->delta->size, want->delta->size);
+    assert_memory_equal(got->delta_off, want->delta_off, (want->npieces + 1) * sizeof *want->delta_off);
+    if (want->delta->size) assert_memory_equal(got->delta->data, want->delta->data, want->delta->size);
+}
+
+/* One scenario on two stores stepped alike: `copy` by ga_store_apply, `inplace` by
+ * ga_store_apply_in_place, the caller keeping each latest publication as the core does. At the
+ * steps in `held` (bit s for step s) a pull is in flight on inplace's current full blobs: an
+ * extra reference across the apply, whose bytes must not change; there a new blob is published,
+ * and elsewhere the same blob is rewritten. Both stores publish the same bytes every step. */
+static void run_in_place(const scenario *sc, unsigned held)
+{
+    ga_store *copy, *inplace;
+    ga_published cur_c[SCENARIO_MAX_TENSORS], cur_i[SCENARIO_MAX_TENSORS];
+    assert_int_equal(ga_store_create(&sc->cfg, &copy), GA_OK);
+    assert_int_equal(ga_store_create(&sc->cfg, &inplace), GA_OK);
+    for (uint32_t t = 0; t < sc->ntensors; t++) {
+        size_t n = sc->sizes[t];
+        float *init = floats0(n);
+        scenario_init(t, n, init);
+        uint32_t index;
+        assert_int_equal(ga_store_add_tensor(copy, n, init, &index, &cur_c[t]), GA_OK);
+        assert_int_equal(ga_store_add_tensor(inplace, n, init, &index, &cur_i[t]), GA_OK);
+        ga_free(init);
+    }
+    for (int step = 1; step <= SCENARIO_STEPS; step++) {
+        uint32_t contributors = scenario_contributors(step);
+        push_all(copy, NULL, step, contributors, sc);
+        push_all(inplace, NULL, step, contributors, sc);
+        ga_blob *pulled[SCENARIO_MAX_TENSORS] = {0};
+        float *before[SCENARIO_MAX_TENSORS] = {0};
+        for (uint32_t t = 0; t < sc->ntensors && (held >> step & 1); t++) {
+            pulled[t] = ga_blob_ref(cur_i[t].full);
+            before[t] = floats0(sc->sizes[t]);
+            memcpy(before[t], pulled[t]->data, sc->sizes[t] * sizeof(float));
+        }
+        ga_published pc[SCENARIO_MAX_TENSORS], pi[SCENARIO_MAX_TENSORS];
+        assert_int_equal(ga_store_apply(copy, contributors, pc), GA_OK);
+        assert_int_equal(ga_store_apply_in_place(inplace, contributors, pi), GA_OK);
+        for (uint32_t t = 0; t < sc->ntensors; t++) {
+            size_t n = sc->sizes[t];
+            assert_ptr_not_equal(pc[t].full, cur_c[t].full);
+            if (pulled[t]) {
+                if (memcmp(pulled[t]->data, before[t], n * sizeof(float)) != 0)
+                    fail_msg("%s step %d tensor %u: a blob still being pulled was rewritten", sc->name, step, t);
+                assert_ptr_not_equal(pi[t].full, pulled[t]);
+                ga_blob_unref(pulled[t]);
+                ga_free(before[t]);
+            } else {
+                assert_ptr_equal(pi[t].full, cur_i[t].full); /* no second copy */
+            }
+            expect_same_pub(&pi[t], &pc[t], n, sc->name, step);
+            ga_published_clear(&cur_c[t]);
+            ga_published_clear(&cur_i[t]);
+            cur_c[t] = pc[t];
+            cur_i[t] = pi[t];
+        }
+        assert_int_equal(ga_store_bytes(inplace), ga_store_bytes(copy));
+    }
+    for (uint32_t t = 0; t < sc->ntensors; t++) {
+        ga_published_clear(&cur_c[t]);
+        ga_published_clear(&cur_i[t]);
+    }
+    ga_store_destroy(copy);
+    ga_store_destroy(inplace);
+}
+
+static void in_place_matches_copying(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < nscenarios; i++) run_in_place(&scenarios[i], 0);
+}
+
+/* A pull in flight (steps 2 and 3) forces a new blob and leaves the pulled bytes alone; once it
+ * is gone (step 4) the apply rewrites in place again. */
+static void pulled_blob_is_never_rewritten(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < nscenarios; i++) run_in_place(&scenarios[i], 1u << 2 | 1u << 3);
+}
+
 int main(void)
 {
     test_memory_baseline();
@@ -690,6 +782,8 @@ int main(void)
         cmocka_unit_test(small_and_exact_tensors),
         cmocka_unit_test(memory_is_accounted),
         cmocka_unit_test(publications_outlive_the_store),
+        cmocka_unit_test(in_place_matches_copying),
+        cmocka_unit_test(pulled_blob_is_never_rewritten),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
