@@ -429,7 +429,8 @@ void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
         ga_job *job = c->jobs[i];
         uv_timer_stop(job->timer);
         /* Inits are refused from now on: no tensor an awaiting init waits for can come. */
-        ga_core_inits_end(job, GA_E_DRAINING, "the server is shutting down: the tensors this init awaits will not be created here");
+        ga_core_inits_end(job, GA_E_DRAINING,
+                          "the server is shutting down: the tensors this init awaits will not be created here");
         if (job->dir)
             ga_persist_final(job); /* the open step's commits are in the journal */
         else if (!job->async && job->fault == GA_OK && job->step.committed > 0)

@@ -60,7 +60,8 @@ static ga_status write_chunks(init_task *it, const new_tensor *nt, uint32_t inde
         if (!c->values.len) continue;
         const float *v = (const float *)c->values.data;
         GA_CHECK(ga_store_write(s, index, GA_STORE_BUF_PARAMS, (size_t)c->offset, (size_t)c->count, v));
-        if (published) GA_CHECK(ga_store_write(s, index, GA_STORE_BUF_PUBLISHED, (size_t)c->offset, (size_t)c->count, v));
+        if (published)
+            GA_CHECK(ga_store_write(s, index, GA_STORE_BUF_PUBLISHED, (size_t)c->offset, (size_t)c->count, v));
     }
     ga_published_clear(pub);
     return ga_store_publication(s, index, pub);

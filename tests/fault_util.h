@@ -149,18 +149,8 @@ static inline void fault_server_start(ga_test_server *s, const char *netns, cons
     argv[argc++] = admin_port ? "--admin-listen=127.0.0.1:0" : "--admin-listen=";
     for (int i = 0; args && args[i] && argc < 47; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s->log, O_WRONLY | O_CREAT | O_APPEND, 0640);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    assert_int_equal(posix_spawnp(&s->pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+    s->pid = ga_test_spawn(argv, s->log, &s->out);
     fault_track(s->pid);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    s->out = fds[0];
     for (int want = admin_port ? 2 : 1, got = 0; got < want; got++) {
         char line[256];
         ga_test_read_line(s->out, line, sizeof line, 20.0);

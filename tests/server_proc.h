@@ -52,6 +52,25 @@ static inline void ga_test_read_line(int fd, char *line, size_t cap, double time
     line[n] = '\0';
 }
 
+/* Spawns argv (argv[0] looked up in PATH, NULL-terminated) with its stdout into a pipe whose
+ * read end goes to *out and its stderr appended to log; returns its pid. */
+static inline pid_t ga_test_spawn(const char *const *argv, const char *log, int *out)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid;
+    assert_int_equal(posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    *out = fds[0];
+    return pid;
+}
+
 /* Starts the server on port (0 = any) with the extra arguments args (NULL-terminated; NULL =
  * none) and waits for its "listening on" line; s->port is the port it took. */
 static inline void ga_test_server_start(ga_test_server *s, int port, const char *const *args)
@@ -59,21 +78,11 @@ static inline void ga_test_server_start(ga_test_server *s, int port, const char 
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
-    char *argv[32] = {GA_SERVER_BIN, "--listen", listen, "--data-dir", s->dir, "--admin-listen="};
+    const char *argv[32] = {GA_SERVER_BIN, "--listen", listen, "--data-dir", s->dir, "--admin-listen="};
     int argc = 6;
-    for (int i = 0; args && args[i] && argc < 31; i++) argv[argc++] = (char *)args[i];
+    for (int i = 0; args && args[i] && argc < 31; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, s->log, O_WRONLY | O_CREAT | O_APPEND, 0640);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    assert_int_equal(posix_spawn(&s->pid, GA_SERVER_BIN, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    s->out = fds[0];
+    s->pid = ga_test_spawn(argv, s->log, &s->out);
     char line[256];
     ga_test_read_line(s->out, line, sizeof line, 20.0);
     if (sscanf(line, "gradagg-server: listening on 127.0.0.1:%d", &s->port) != 1)
