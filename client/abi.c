@@ -68,6 +68,7 @@ static const abi_row rows[] = {
     FIELD(ga_client_options, tls_target_name),
     FIELD(ga_client_options, auth_token),
     FIELD(ga_client_options, shard_split_elements),
+    FIELD(ga_client_options, lanes),
 
     SIZE(ga_dgc_options),
     FIELD(ga_dgc_options, enabled),

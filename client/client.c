@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "auto_threshold.h"
+#include "ga_lane.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
@@ -199,6 +200,9 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     /* Async versions count each shard's own commits: they could not stay in step. */
     if (o->mode == GA_MODE_ASYNC && strchr(o->server, ','))
         BAD(GA_E_INVAL, "options: async jobs take one shard, server lists several ('%s')", o->server);
+    if (o->lanes > GA_LANE_MAX) BAD(GA_E_CONFIG, "options: lanes %u, at most %u", o->lanes, GA_LANE_MAX);
+    if (o->mode == GA_MODE_ASYNC && o->lanes > 1)
+        BAD(GA_E_INVAL, "options: async jobs take one lane, lanes is %u", o->lanes);
     if (o->quorum > o->world_size)
         BAD(GA_E_CONFIG, "options: quorum %u exceeds world_size %u", o->quorum, o->world_size);
     ga_exec ex = GA_EXEC_CPU_INIT;
@@ -283,7 +287,7 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     cfg.straggler = &strag;
     cfg.pull_codec = &pull;
     Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
-    req.job = c->job;
+    req.job = sh->job;
     req.rank = o->rank;
     req.incarnation = c->incarnation;
     req.config = &cfg;
@@ -299,7 +303,7 @@ static ga_status join_task(ga_client *c, ga_shard *sh)
     char why[256];
     ga_status st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
     if (st != GA_OK)
-        return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", c->job, c->opt.rank, sh->addr);
+        return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", sh->job, c->opt.rank, sh->addr);
     sh->version = resp->version;
     sh->step = resp->open_step;
     protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
@@ -310,7 +314,7 @@ static ga_status join_task(ga_client *c, ga_shard *sh)
 static ga_status leave_task(ga_client *c, ga_shard *sh)
 {
     Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
-    req.job = c->job;
+    req.job = sh->job;
     req.rank = c->opt.rank;
     req.incarnation = c->incarnation;
     ProtobufCMessage *resp = NULL;
@@ -334,8 +338,8 @@ static void wipe(void *p, size_t n)
     while (n--) *v++ = 0;
 }
 
-/* A channel per shard, each with the same TLS settings and token: the paths are read now, so
- * the client keeps none of them. */
+/* A channel per address, each with the same TLS settings and token: the paths are read now, so
+ * the client keeps none of them. The lanes of an address share its lane 0's channel. */
 static ga_status open_channels(ga_client *c, const ga_client_options *opt)
 {
     char authz[16 + 4096];
@@ -348,6 +352,10 @@ static ga_status open_channels(ga_client *c, const ga_client_options *opt)
     ga_status st = GA_OK;
     for (uint32_t i = 0; i < c->nshards && st == GA_OK; i++) {
         ga_shard *sh = &c->shards[i];
+        if (sh->lane > 0) {
+            sh->ch = c->shards[i - sh->lane].ch;
+            continue;
+        }
         st = ga_channel_create_secure(sh->addr, message_limit(opt->chunk_bytes), &sec, &sh->ch, why, sizeof why);
         if (st != GA_OK) ga_client_fail(c, st, "channel to %s: %s", sh->addr, why);
     }
@@ -378,7 +386,7 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->ex.max_threads = opt->threads;
     c->incarnation = opt->incarnation ? opt->incarnation : new_incarnation();
 
-    if ((st = ga_shards_parse(c, c->server)) != GA_OK) goto fail;
+    if ((st = ga_shards_parse(c, c->server, opt->lanes ? opt->lanes : 1)) != GA_OK) goto fail;
     st = open_channels(c, opt);
     c->opt.tls_ca_file = c->opt.tls_cert_file = c->opt.tls_key_file = c->opt.tls_target_name = NULL;
     c->opt.auth_token = NULL; /* borrowed by create only; the channels hold their own copy */
@@ -648,127 +656,6 @@ ga_status ga_client_init(ga_client *c)
     if ((st = ga_client_pull(c, 0)) != GA_OK) return st;
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].step = c->shards[i].version;
     c->inited = true;
-    return clear_error(c);
-}
-
-/* Statuses after which the server may have counted the push (an answer got lost): folding it
- * back could count it twice, so it stays out of the residual. Every other error is a refusal
- * of the whole stream. */
-static bool push_maybe_counted(ga_status st)
-{
-    return st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT;
-}
-
-/* The shards whose last pull failed fetch the parameters their acknowledged push made, before
- * new gradients go anywhere. */
-static ga_status catch_up(ga_client *c)
-{
-    bool any = false;
-    for (uint32_t i = 0; i < c->nshards; i++) {
-        ga_shard *sh = &c->shards[i];
-        sh->active = sh->used && sh->pull_pending;
-        sh->want = sh->pull_min;
-        any |= sh->active;
-    }
-    if (!any) return GA_OK;
-    ga_status st = ga_client_pull_shards(c);
-    for (uint32_t i = 0; i < c->nshards; i++) {
-        ga_shard *sh = &c->shards[i];
-        if (!sh->active || sh->st != GA_OK) continue;
-        sh->pull_pending = false;
-        if (c->opt.mode == GA_MODE_SYNC) sh->step = sh->version;
-    }
-    return st;
-}
-
-ga_status ga_client_step(ga_client *c, const float *const *grads)
-{
-    if (!c) return GA_E_INVAL;
-    if (!c->inited) return ga_client_fail(c, GA_E_INVAL, "step: before init");
-    if (!grads) return ga_client_fail(c, GA_E_INVAL, "step: grads is NULL");
-    for (size_t i = 0; i < c->ntensors; i++)
-        if (!grads[i]) return ga_client_fail(c, GA_E_INVAL, "step: grads[%zu] ('%s') is NULL", i, c->tensors[i].name);
-    c->stats.encode_s = c->stats.push_s = c->stats.pull_s = c->stats.decode_s = 0.0;
-    c->stats.bytes_pushed = c->stats.bytes_pulled = 0;
-    ga_status st;
-    if (c->device_stale && (st = ga_client_device_store(c)) != GA_OK)
-        return ga_client_fail(c, st, "step: copying version %llu to the device tensors: %s",
-                              (unsigned long long)c->version, ga_strerror(st));
-    if ((st = catch_up(c)) != GA_OK) return st;
-
-    /* Sync: every shard pushes the same step. A shard that fell behind (its push failed while
-     * the others' went through) catches up alone; the others' parts wait in the residual. */
-    uint64_t step = ga_client_push_step(c);
-    bool fold[GA_PLACEMENT_MAX_SHARDS] = {false}, folding = false;
-    for (uint32_t i = 0; i < c->nshards; i++) {
-        fold[i] = c->shards[i].used && c->shards[i].step != step;
-        folding |= fold[i];
-    }
-
-    double t0 = ga_client_now();
-    st = ga_client_encode(c, grads, step);
-    double t1 = ga_client_now();
-    c->stats.encode_s = t1 - t0;
-    if (st != GA_OK) return st;
-
-    uint64_t ack;
-    ga_client_push(c, &ack); /* each shard's outcome, below */
-    c->stats.push_s = ga_client_now() - t1;
-    for (uint32_t i = 0; i < c->nshards; i++) {
-        ga_shard *sh = &c->shards[i];
-        if (!sh->active) continue;
-        if (sh->st == GA_E_STEP_CLOSED) {
-            /* A straggler: its step closed without it. Nothing is lost: the payloads go back
-             * into the residual and travel with the next step. */
-            sh->st = GA_OK;
-            fold[i] = folding = true;
-            c->stats.late_pushes++;
-            sh->want = sh->step + 1;
-        } else if (sh->st == GA_OK) {
-            sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
-            if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
-            if (sh->stale_ack) {
-                /* The server had this step already, from an earlier call whose answer was lost:
-                 * these gradients were not counted, so they travel with the next step, as a
-                 * straggler's do. */
-                fold[i] = folding = true;
-                c->stats.late_pushes++;
-            }
-        } else if (!push_maybe_counted(sh->st)) {
-            fold[i] = folding = true;
-        }
-    }
-    ga_status fold_st = folding ? ga_client_fold_back(c, fold) : GA_OK;
-    char fold_err[sizeof c->err];
-    memcpy(fold_err, c->err, sizeof fold_err);
-    st = ga_shards_error(c);
-    if (st == GA_OK && fold_st != GA_OK) {
-        st = fold_st;
-        memcpy(c->err, fold_err, sizeof fold_err);
-    }
-    if (st != GA_OK) {
-        /* The shards that took the push still owe its parameters. */
-        for (uint32_t i = 0; i < c->nshards; i++) {
-            ga_shard *sh = &c->shards[i];
-            if (!sh->active || sh->st != GA_OK) continue;
-            sh->pull_pending = true;
-            sh->pull_min = sh->want;
-        }
-        return st;
-    }
-    st = ga_client_pull_shards(c);
-    for (uint32_t i = 0; i < c->nshards; i++) {
-        ga_shard *sh = &c->shards[i];
-        if (!sh->active) continue;
-        if (sh->st != GA_OK) {
-            sh->pull_pending = true;
-            sh->pull_min = sh->want;
-        } else if (c->opt.mode == GA_MODE_SYNC) {
-            sh->step = sh->version;
-        }
-    }
-    if (st != GA_OK) return st;
-    c->stats.steps++;
     return clear_error(c);
 }
 

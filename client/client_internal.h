@@ -70,13 +70,16 @@ typedef struct ga_shard ga_shard;
 /* A task of ga_shards_run, on the shard's own thread: returns its status, a message in sh->err. */
 typedef ga_status (*ga_shard_fn)(ga_client *c, ga_shard *sh);
 
-/* One server of the job (one address of the list). Its thread runs the client's tasks that
- * name it; everything else (and the fields, between tasks) belongs to the client's thread. */
+/* One lane of one server of the job (an address of the list): shard index = address * lanes +
+ * lane. Its thread runs the client's tasks that name it; everything else (and the fields,
+ * between tasks) belongs to the client's thread. */
 struct ga_shard {
     ga_client *client;
     uint32_t index;
+    uint32_t lane;         /* ga_lane.h; 0 when the client has one lane */
     char *addr;            /* "host:port" (owned) */
-    ga_channel *ch;
+    char *job;             /* the job name of this lane (owned) */
+    ga_channel *ch;        /* owned by lane 0, borrowed by the address's other lanes */
     ga_piece **pieces;     /* per tensor: its piece here, or NULL (set by ga_client_init) */
     bool used;             /* holds a piece: takes part in init and steps */
     uint64_t version;      /* the version its pieces hold in the buffers */
@@ -98,6 +101,10 @@ struct ga_shard {
     pthread_t thread;      /* shards 1..n-1 when n > 1; shard 0's tasks run on the caller */
     bool has_thread;
     uint64_t seen;         /* the task generation it ran last */
+    uint64_t sent;         /* the task generation in which its push was last sent (under mu) */
+    double push_end;       /* ga_shard_exchange: when its push ended */
+    bool pushed;           /* ga_shard_exchange: the push was acknowledged (or its step closed) */
+    bool late;             /* ga_shard_exchange: ... but its bytes were not counted: fold back */
 };
 
 struct ga_client {
@@ -109,6 +116,7 @@ struct ga_client {
     /* The shard threads: a task generation, posted by ga_shards_run. */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
+    pthread_cond_t sent;   /* a shard's push was sent: the next lane's turn */
     bool pool;             /* mu and the conditions exist */
     uint64_t gen;
     uint32_t pending;
@@ -151,14 +159,21 @@ typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
 
 /* Shards (shard.c). */
-/* Splits opt.server into c->shards (owned addresses; GA_E_INVAL with a message in c->err for an
- * empty entry or more than GA_PLACEMENT_MAX_SHARDS). */
-ga_status ga_shards_parse(ga_client *c, const char *list);
+/* Splits opt.server into c->shards, `lanes` per address (owned addresses and lane job names;
+ * GA_E_INVAL with a message in c->err for an empty entry or more than GA_PLACEMENT_MAX_SHARDS
+ * shards in all). */
+ga_status ga_shards_parse(ga_client *c, const char *list, uint32_t lanes);
 /* Starts the threads of shards 1..n-1 (none for one shard). */
 ga_status ga_shards_start(ga_client *c);
 /* Runs fn for every shard with sh->active (shard 0 on the caller), concurrently, and returns
  * when all are done; sh->st holds each status. The shards' figures go into c->stats. */
 void ga_shards_run(ga_client *c, ga_shard_fn fn);
+/* Lanes push one after another (ga_shard_push): a shard of lane > 0 waits until the lane before
+ * it on the same address has sent its push in the current task generation (no wait when that
+ * lane takes no part in it); ga_shard_lane_pass says a shard's push was sent (or failed), once
+ * per generation. No-ops for a client with one shard. */
+void ga_shard_lane_wait(ga_client *c, ga_shard *sh);
+void ga_shard_lane_pass(ga_client *c, ga_shard *sh);
 /* The first failed active shard's status (GA_OK when none), its message in c->err, prefixed with
  * the shard's address when there are several. */
 ga_status ga_shards_error(ga_client *c);
@@ -191,6 +206,12 @@ ga_status ga_client_fold_back(ga_client *c, const bool *mask);      /* push.c */
 ga_status ga_client_pull_shards(ga_client *c);                      /* pull.c */
 /* ga_client_pull_shards of every used shard at version >= min_version. */
 ga_status ga_client_pull(ga_client *c, uint64_t min_version);       /* pull.c */
+/* Shard task: Push of sh's encoded parts at sh->step, after the lane before it (push.c);
+ * sh->ack and sh->stale_ack say how it went. */
+ga_status ga_shard_push(ga_client *c, ga_shard *sh);
+/* Shard task: Pull of sh's pieces at version >= sh->want, applied into the buffers (pull.c);
+ * sh->bytes_pulled and sh->apply_s its figures. */
+ga_status ga_shard_pull(ga_client *c, ga_shard *sh);
 /* Shard task: InitTensors of sh's pieces with their values. */
 ga_status ga_shard_send_init(ga_client *c, ga_shard *sh);           /* init.c */
 /* Shard task: InitTensors of sh's pieces awaiting another rank's values (await_values). */

@@ -77,13 +77,22 @@ typedef struct ga_client_options {
      * whole to one shard. 0 = never cut. Every rank must pass the same value.
      * GA_CLIENT_OPTIONS_INIT: 1 << 20 (a 4 MiB fp32 tensor is worth pushing in parallel). */
     uint64_t shard_split_elements;
+    /* Lanes (docs/protocol.md, "Lanes"): each address of `server` carries this many independent
+     * jobs over one connection, "<job>" and "<job>/lane<k>" for k >= 1, which the SDK places
+     * tensors on as it does on shards (a large tensor is cut into one range per lane). A step
+     * pushes the lanes one after another and pulls each as soon as its push is in, so the pulls
+     * of the first lanes overlap the pushes of the later ones on the link, and the server's work
+     * on a lane overlaps both. Worth it for large tensors on slow links; sync jobs only. Every
+     * rank must pass the same value. 0 or 1 = one lane; at most GA_LANE_MAX (16), and at most
+     * 64 lanes over all addresses. GA_CLIENT_OPTIONS_INIT: 1. */
+    uint32_t lanes;
 } ga_client_options;
 
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
-     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20}
+     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on

@@ -23,7 +23,7 @@ static ga_status init_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     }
     size_t elems = ga_chunks_elems(GA_CHUNK_ALIGN * sizeof(float), c->opt.chunk_bytes);
     Gradagg__V1__InitChunk chunk = GRADAGG__V1__INIT_CHUNK__INIT;
-    chunk.job = c->job;
+    chunk.job = sh->job;
     chunk.rank = c->opt.rank;
     chunk.incarnation = c->incarnation;
     chunk.await_values = await;

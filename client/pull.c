@@ -154,7 +154,7 @@ static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     ps->have_version = false;
     memset(ps->covered, 0, c->ntensors * sizeof *ps->covered);
     Gradagg__V1__PullRequest req = GRADAGG__V1__PULL_REQUEST__INIT;
-    req.job = c->job;
+    req.job = sh->job;
     req.rank = c->opt.rank;
     req.incarnation = c->incarnation;
     req.min_version = ps->min_version;
@@ -222,7 +222,7 @@ static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     return st;
 }
 
-static ga_status pull_task(ga_client *c, ga_shard *sh)
+ga_status ga_shard_pull(ga_client *c, ga_shard *sh)
 {
     pull_state ps = {0};
     ps.sh = sh;
@@ -248,7 +248,7 @@ ga_status ga_client_pull_shards(ga_client *c)
         c->shards[i].bytes_pulled = 0;
         c->shards[i].apply_s = 0.0;
     }
-    ga_shards_run(c, pull_task);
+    ga_shards_run(c, ga_shard_pull);
     /* The shards applied at the same time: the slowest one's apply is the step's. */
     double apply = 0.0;
     for (uint32_t i = 0; i < c->nshards; i++) {

@@ -323,7 +323,7 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     }
     Gradagg__V1__PushChunk chunk = GRADAGG__V1__PUSH_CHUNK__INIT;
     Gradagg__V1__Codec codec = GRADAGG__V1__CODEC__INIT;
-    chunk.job = c->job;
+    chunk.job = sh->job;
     chunk.rank = c->opt.rank;
     chunk.incarnation = c->incarnation;
     chunk.step = a->step;
@@ -343,6 +343,9 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
         }
     }
     if (st == GA_OK) st = ga_stream_close_send(s);
+    /* The bytes are on their way: the next lane may start sending while this one's answer
+     * comes back. */
+    ga_shard_lane_pass(c, sh);
     /* The response, then the final status; after a failed send the final status says why. */
     ga_status fin;
     for (;;) {
@@ -367,12 +370,14 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     return st;
 }
 
-static ga_status push_task(ga_client *c, ga_shard *sh)
+ga_status ga_shard_push(ga_client *c, ga_shard *sh)
 {
     push_arg a = {sh->step, NULL, false};
     char why[256];
     sh->stale_ack = false;
+    ga_shard_lane_wait(c, sh);
     ga_status st = ga_shard_retry(c, sh, push_attempt, &a, why, sizeof why);
+    ga_shard_lane_pass(c, sh); /* also when no attempt got as far as sending */
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
     sh->ack = a.resp->version;
     /* A duplicate that none of this call's attempts can have caused: the step was counted with
@@ -395,7 +400,7 @@ ga_status ga_client_push(ga_client *c, uint64_t *ack_version)
 {
     uint64_t step = ga_client_push_step(c);
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].used && c->shards[i].step == step;
-    ga_shards_run(c, push_task);
+    ga_shards_run(c, ga_shard_push);
     ga_status st = ga_shards_error(c);
     if (st != GA_OK) return st;
     uint64_t ack = UINT64_MAX;

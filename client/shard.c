@@ -1,31 +1,49 @@
-/* The shards of a client: the address list, one thread per shard after the first (which runs on
- * the caller), the task generation that runs a step's pushes and pulls on all of them at once,
- * and the first error. */
+/* The shards of a client: the address list times the lanes, one thread per shard after the
+ * first (which runs on the caller), the task generation that runs a step's pushes and pulls on
+ * all of them at once, the lanes' turns to push, and the first error. */
 #include <stdio.h>
 #include <string.h>
 
 #include "client_internal.h"
 #include "ga_alloc.h"
+#include "ga_lane.h"
 
-ga_status ga_shards_parse(ga_client *c, const char *list)
+/* Shard i of lanes per address: lane i % lanes of address i / lanes. */
+static ga_status shard_set(ga_client *c, ga_shard *sh, const char *addr, size_t len, uint32_t lane)
 {
-    uint32_t n = 1;
-    for (const char *p = list; *p; p++) n += *p == ',';
-    if (n > GA_PLACEMENT_MAX_SHARDS)
-        return ga_client_fail(c, GA_E_INVAL, "options: %u server addresses, at most %u", n, GA_PLACEMENT_MAX_SHARDS);
+    char job[512];
+    if ((size_t)ga_lane_job_name(c->job, lane, job, sizeof job) >= sizeof job)
+        return ga_client_fail(c, GA_E_INVAL, "options: job name of %zu bytes is too long", strlen(c->job));
+    sh->client = c;
+    sh->lane = lane;
+    if (!(sh->addr = ga_malloc(len + 1)) || !(sh->job = ga_strdup(job)))
+        return ga_client_fail(c, GA_E_NOMEM, "create: out of memory");
+    memcpy(sh->addr, addr, len);
+    sh->addr[len] = '\0';
+    return GA_OK;
+}
+
+ga_status ga_shards_parse(ga_client *c, const char *list, uint32_t lanes)
+{
+    uint32_t naddr = 1;
+    for (const char *p = list; *p; p++) naddr += *p == ',';
+    if (naddr * (uint64_t)lanes > GA_PLACEMENT_MAX_SHARDS)
+        return ga_client_fail(c, GA_E_INVAL, "options: %u server addresses x %u lanes, at most %u in all", naddr,
+                              lanes, GA_PLACEMENT_MAX_SHARDS);
+    uint32_t n = naddr * lanes;
     if (!(c->shards = ga_calloc(n, sizeof *c->shards))) return ga_client_fail(c, GA_E_NOMEM, "create: out of memory");
     c->nshards = n;
     const char *p = list;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t a = 0; a < naddr; a++) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        ga_shard *sh = &c->shards[i];
-        sh->client = c;
-        sh->index = i;
-        if (len == 0) return ga_client_fail(c, GA_E_INVAL, "options: server address %u of '%s' is empty", i, list);
-        if (!(sh->addr = ga_malloc(len + 1))) return ga_client_fail(c, GA_E_NOMEM, "create: out of memory");
-        memcpy(sh->addr, p, len);
-        sh->addr[len] = '\0';
+        if (len == 0) return ga_client_fail(c, GA_E_INVAL, "options: server address %u of '%s' is empty", a, list);
+        for (uint32_t l = 0; l < lanes; l++) {
+            ga_shard *sh = &c->shards[a * lanes + l];
+            sh->index = a * lanes + l;
+            ga_status st = shard_set(c, sh, p, len, l);
+            if (st != GA_OK) return st;
+        }
         p = end ? end + 1 : p + len;
     }
     return GA_OK;
@@ -61,6 +79,12 @@ ga_status ga_shards_start(ga_client *c)
         goto fail;
     }
     if (pthread_cond_init(&c->done, NULL) != 0) {
+        pthread_cond_destroy(&c->go);
+        pthread_mutex_destroy(&c->mu);
+        goto fail;
+    }
+    if (pthread_cond_init(&c->sent, NULL) != 0) {
+        pthread_cond_destroy(&c->done);
         pthread_cond_destroy(&c->go);
         pthread_mutex_destroy(&c->mu);
         goto fail;
@@ -108,6 +132,27 @@ void ga_shards_run(ga_client *c, ga_shard_fn fn)
     }
 }
 
+void ga_shard_lane_wait(ga_client *c, ga_shard *sh)
+{
+    if (sh->lane == 0 || !c->pool) return;
+    const ga_shard *prev = &c->shards[sh->index - 1];
+    if (!prev->active) return;
+    pthread_mutex_lock(&c->mu);
+    while (prev->sent != c->gen) pthread_cond_wait(&c->sent, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ga_shard_lane_pass(ga_client *c, ga_shard *sh)
+{
+    if (!c->pool) return;
+    pthread_mutex_lock(&c->mu);
+    if (sh->sent != c->gen) {
+        sh->sent = c->gen;
+        pthread_cond_broadcast(&c->sent);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 ga_status ga_shards_error(ga_client *c)
 {
     for (uint32_t i = 0; i < c->nshards; i++) {
@@ -130,11 +175,13 @@ void ga_shards_free(ga_client *c)
     for (uint32_t i = 0; i < c->nshards; i++) {
         ga_shard *sh = &c->shards[i];
         if (sh->has_thread) pthread_join(sh->thread, NULL);
-        ga_channel_destroy(sh->ch);
+        if (sh->lane == 0) ga_channel_destroy(sh->ch); /* the other lanes borrow it */
         ga_free(sh->addr);
+        ga_free(sh->job);
         ga_free(sh->pieces);
     }
     if (c->pool) {
+        pthread_cond_destroy(&c->sent);
         pthread_cond_destroy(&c->done);
         pthread_cond_destroy(&c->go);
         pthread_mutex_destroy(&c->mu);

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "ga_alloc.h"
+#include "ga_lane.h"
 
 #define DIGEST 32u           /* SHA-256 */
 #define MAX_JOB_NAME 255u    /* as the core (core.c, bundle.c): a longer name never matches */
@@ -245,10 +246,13 @@ ga_status ga_auth_check(const ga_auth *a, const char *job, const char *value, si
     if (!digest_of(tok, tlen, d)) return ga_status_fail(GA_E_NOMEM, why, cap, "cannot digest the token (libcrypto)");
     /* Every entry is compared (no early exit), so the time says nothing about which token
      * matched or whether the job exists. */
+    /* A lane of a job (ga_lane.h) is granted by the job's token as well as by its own. */
+    size_t len_job = strlen(job), len_base = ga_lane_base_len(job, len_job);
     bool known = false, mine = false;
     for (size_t i = 0; i < a->n; i++) {
         bool match = CRYPTO_memcmp(a->e[i].digest, d, DIGEST) == 0;
-        bool this_job = strcmp(a->e[i].job, job) == 0;
+        size_t len_entry = strlen(a->e[i].job);
+        bool this_job = (len_entry == len_job || len_entry == len_base) && memcmp(a->e[i].job, job, len_entry) == 0;
         known |= match;
         mine |= match & this_job;
     }

@@ -37,7 +37,8 @@ size_t ga_auth_jobs(const ga_auth *a);
  *  - GA_E_UNAUTHENTICATED: absent, repeated, not "Bearer <token>", or a token no job has;
  *  - GA_E_PERMISSION_DENIED: a token of another job, or a job without a token (whether the job
  *    exists is not told);
- *  - GA_OK: the job's own token.
+ *  - GA_OK: the job's own token, or, for a lane of a job ("<job>/lane<k>", ga_lane.h), that
+ *    job's token.
  * Every configured token is compared, in constant time, whatever the outcome. The message names
  * the job, never the token. */
 ga_status ga_auth_check(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries, char *why,

@@ -159,6 +159,16 @@ static void test_check(void **state)
         {"another job's token", "alpha", "Bearer " TOK_B, 1, GA_E_PERMISSION_DENIED},
         {"an unknown job", "gamma", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
         {"an empty job name", "", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a lane of the job", "alpha/lane3", "Bearer " TOK_A, 1, GA_OK},
+        {"the last lane of the job", "alpha/lane15", "Bearer " TOK_A, 1, GA_OK},
+        {"a lane of another job", "beta/lane3", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"lane 0 is the job itself", "alpha/lane0", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a lane with a leading zero", "alpha/lane03", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a lane past the last", "alpha/lane16", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a lane suffix without a number", "alpha/lane", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a name that only ends like a lane", "alphax/lane3", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a lane of a lane", "alpha/lane1/lane2", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
+        {"a prefix of the job with a lane", "alph/lane1", "Bearer " TOK_A, 1, GA_E_PERMISSION_DENIED},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char why[256] = "";

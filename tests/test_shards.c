@@ -22,6 +22,7 @@
 
 #include "chunks.h"
 #include "ga_alloc.h"
+#include "ga_lane.h"
 #include "gradagg.h"
 #include "placement.h"
 #include "server_proc.h"
@@ -89,6 +90,7 @@ typedef struct worker {
     pthread_t thread;
     uint32_t rank;
     const char *servers; /* the shard list */
+    uint32_t lanes;
     const char *job;
     float *params[NT], *grads[NT];
     ga_status st;
@@ -103,6 +105,7 @@ static ga_client_options job_options(const char *servers, const char *job, uint3
 {
     ga_client_options o = GA_CLIENT_OPTIONS_INIT;
     o.server = servers;
+    o.lanes = 1;
     o.job = job;
     o.rank = rank;
     o.world_size = W;
@@ -128,6 +131,7 @@ static void *worker_main(void *arg)
 {
     worker *wk = arg;
     ga_client_options o = job_options(wk->servers, wk->job, wk->rank);
+    o.lanes = wk->lanes;
     ga_client *c = NULL;
     wk->st = ga_client_create(&o, &c, wk->err, sizeof wk->err);
     if (wk->st != GA_OK) return NULL;
@@ -169,17 +173,18 @@ static void workers_free(worker *wk)
         }
 }
 
-/* Trains job over the first nshards servers; kill_shard >= 0: SIGKILL that server once rank 0
- * finished kill_after steps and start it again on its port and data dir. */
-static void train(worker *wk, uint32_t nshards, const char *job, int kill_shard, int kill_after)
+/* Trains job over the first nservers servers with `lanes` lanes each; kill_shard >= 0: SIGKILL
+ * that server once rank 0 finished kill_after steps and start it again on its port and data dir. */
+static void train(worker *wk, uint32_t nservers, uint32_t lanes, const char *job, int kill_shard, int kill_after)
 {
     static char list[256];
-    shard_list(list, sizeof list, nshards);
+    shard_list(list, sizeof list, nservers);
     for (int r = 0; r < W; r++) {
         atomic_store(&steps_done[r], 0);
         memset(&wk[r], 0, sizeof wk[r]);
         wk[r].rank = (uint32_t)r;
         wk[r].servers = list;
+        wk[r].lanes = lanes;
         wk[r].job = job;
         for (size_t t = 0; t < NT; t++) {
             size_t n = numel(&tensors[t]);
@@ -215,16 +220,19 @@ static void expect_identical(const worker *wk, const worker *ref, const char *wh
     }
 }
 
-/* Each shard, on its own, holds exactly its pieces of the final parameters: a client of that
- * shard alone registers the pieces under their names and shapes (a wrong shape would be
- * GA_E_SHAPE) and pulls them. Returns how many pieces the shards held in all. */
-static size_t expect_pieces(uint32_t nshards, const char *job, const worker *ref)
+/* Each shard (a lane of a server: the job of that lane on it), on its own, holds exactly its
+ * pieces of the final parameters: a client of that job alone registers the pieces under their
+ * names and shapes (a wrong shape would be GA_E_SHAPE) and pulls them. Returns how many pieces
+ * the shards held in all. */
+static size_t expect_pieces(uint32_t nservers, uint32_t lanes, const char *job, const worker *ref)
 {
     size_t total = 0, split = 0;
+    uint32_t nshards = nservers * lanes;
     for (uint32_t s = 0; s < nshards; s++) {
-        char addr[64], msg[512];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", servers[s].port);
-        ga_client_options o = job_options(addr, job, 0);
+        char addr[64], msg[512], lane_job[128];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", servers[s / lanes].port);
+        ga_lane_job_name(job, s % lanes, lane_job, sizeof lane_job);
+        ga_client_options o = job_options(addr, lane_job, 0);
         ga_client *c = NULL;
         assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
         float *bufs[NT] = {NULL};
@@ -294,11 +302,11 @@ static void shards_match_one_shard(void **state)
 {
     (void)state;
     static worker two[W], three[W];
-    train(one, 1, "one", -1, 0);
+    train(one, 1, 1, "one", -1, 0);
     expect_identical(one, one, "one shard"); /* every rank holds rank 0's parameters */
-    train(two, 2, "two", -1, 0);
+    train(two, 2, 1, "two", -1, 0);
     expect_identical(two, one, "two shards");
-    train(three, 3, "three", -1, 0);
+    train(three, 3, 1, "three", -1, 0);
     expect_identical(three, one, "three shards");
     /* The same chunks were encoded whatever the shards (topk's cuts are whole chunks). */
     for (int r = 0; r < W; r++) {
@@ -307,8 +315,8 @@ static void shards_match_one_shard(void **state)
         assert_true(three[r].stats.bytes_pulled > 0);
     }
     /* 3 split tensors on every shard, and the 5 small ones once somewhere. */
-    assert_int_equal(expect_pieces(2, "two", two), 3 * 2 + 5);
-    assert_int_equal(expect_pieces(3, "three", three), 3 * 3 + 5);
+    assert_int_equal(expect_pieces(2, 1, "two", two), 3 * 2 + 5);
+    assert_int_equal(expect_pieces(3, 1, "three", three), 3 * 3 + 5);
     workers_free(two);
     workers_free(three);
 }
@@ -318,7 +326,7 @@ static void a_restarted_shard_goes_on_alone(void **state)
     (void)state;
     static worker killed[W];
     int before = ga_test_server_log_count(&servers[1], "restore: job 'killed'");
-    train(killed, 3, "killed", 1, 5);
+    train(killed, 3, 1, "killed", 1, 5);
     expect_identical(killed, one, "three shards, shard 1 restarted");
     assert_true(ga_test_server_log_count(&servers[1], "restore: job 'killed'") > before);
     uint64_t retries = 0;
@@ -327,6 +335,33 @@ static void a_restarted_shard_goes_on_alone(void **state)
     /* Only shard 1 restarted: the others never restored the job. */
     assert_int_equal(ga_test_server_log_count(&servers[0], "restore: job 'killed'"), 0);
     assert_int_equal(ga_test_server_log_count(&servers[2], "restore: job 'killed'"), 0);
+    workers_free(killed);
+}
+
+/* Lanes are shards on one server: 3 lanes of one server, and 2 lanes of each of 2 servers, give
+ * the one-shard parameters bit for bit, with each lane's job holding exactly its pieces; and a
+ * server with 3 lanes killed and restarted mid-run changes nothing (every lane's job is
+ * restored). */
+static void lanes_match_one_shard(void **state)
+{
+    (void)state;
+    static worker lanes3[W], lanes2x2[W], killed[W];
+    train(lanes3, 1, 3, "lanes3", -1, 0);
+    expect_identical(lanes3, one, "one server, three lanes");
+    assert_int_equal(expect_pieces(1, 3, "lanes3", lanes3), 3 * 3 + 5);
+    train(lanes2x2, 2, 2, "lanes2x2", -1, 0);
+    expect_identical(lanes2x2, one, "two servers, two lanes each");
+    assert_int_equal(expect_pieces(2, 2, "lanes2x2", lanes2x2), 3 * 4 + 5);
+    for (int r = 0; r < W; r++) assert_int_equal(lanes3[r].stats.bytes_pushed, one[r].stats.bytes_pushed);
+
+    train(killed, 3, 3, "lkill", 2, 5);
+    expect_identical(killed, one, "three servers of three lanes, server 2 restarted");
+    assert_true(ga_test_server_log_count(&servers[2], "restore: job 'lkill'") > 0);
+    assert_true(ga_test_server_log_count(&servers[2], "restore: job 'lkill/lane1'") > 0);
+    assert_true(ga_test_server_log_count(&servers[2], "restore: job 'lkill/lane2'") > 0);
+    assert_int_equal(ga_test_server_log_count(&servers[1], "restore: job 'lkill"), 0);
+    workers_free(lanes3);
+    workers_free(lanes2x2);
     workers_free(killed);
 }
 
@@ -411,6 +446,23 @@ static void bad_shard_lists(void **state)
     assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_INVAL);
     assert_null(c);
     assert_non_null(strstr(msg, "async jobs take one shard"));
+    shard_list(list, sizeof list, 1);
+    o = job_options(list, "bad", 0);
+    o.mode = GA_MODE_ASYNC;
+    o.lanes = 2;
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_INVAL);
+    assert_string_equal(msg, "options: async jobs take one lane, lanes is 2");
+    o.mode = GA_MODE_SYNC;
+    o.lanes = GA_LANE_MAX + 1;
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_CONFIG);
+    assert_string_equal(msg, "options: lanes 17, at most 16");
+    shard_list(list, sizeof list, 3);
+    o = job_options(list, "bad", 0);
+    o.lanes = 16; /* 48 shards: fine; 5 addresses would be 80 */
+    snprintf(list + strlen(list), sizeof list - strlen(list), ",127.0.0.1:1,127.0.0.1:2");
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_INVAL);
+    assert_string_equal(msg, "options: 5 server addresses x 16 lanes, at most 64 in all");
+    shard_list(list, sizeof list, 2);
 
     o = job_options("127.0.0.1:1,,127.0.0.1:2", "bad", 0);
     assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_INVAL);
@@ -450,6 +502,7 @@ int main(void)
         cmocka_unit_test(shards_match_one_shard),
         cmocka_unit_test(a_restarted_shard_goes_on_alone),
         cmocka_unit_test(a_failed_shard_catches_up),
+        cmocka_unit_test(lanes_match_one_shard),
         cmocka_unit_test(bad_shard_lists),
         cmocka_unit_test(test_host_memory_returned),
     };

@@ -121,6 +121,8 @@ class Client:
     server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
     on every rank: tensors of at least shard_split_elements elements are cut into one range per
     shard (0 = never), smaller ones go whole to one shard (docs/protocol.md, "Sharding").
+    lanes: independent jobs per address that a step pushes one after another and pulls as soon
+    as each is in, so pulls overlap pushes on the link (sync only; docs/protocol.md, "Lanes").
     """
 
     _handle: Optional[ctypes.c_void_p] = None
@@ -134,7 +136,8 @@ class Client:
                  backoff_max_ms: int = 2000, threads: int = 0, incarnation: int = 0,
                  tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
                  tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
-                 auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20) -> None:
+                 auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
+                 lanes: int = 1) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
@@ -185,6 +188,7 @@ class Client:
         o.tls_target_name = _opt_str(tls_target_name)
         o.auth_token = _opt_str(auth_token)
         o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
+        o.lanes = _uint("lanes", lanes)
         self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
 
         handle = ctypes.c_void_p()

@@ -1,0 +1,144 @@
+/* One training step (ga_client_step): catch up the shards whose last pull failed, encode, then
+ * on every shard at once push and, as soon as that shard's push is in, pull; then fold back what
+ * was not counted. With lanes the pushes go out lane after lane (ga_shard_lane_wait), so the
+ * pulls of the first lanes overlap the pushes of the later ones. */
+#include <string.h>
+
+#include "client_internal.h"
+
+/* Statuses after which the server may have counted the push (an answer got lost): folding it
+ * back could count it twice, so it stays out of the residual. Every other error is a refusal
+ * of the whole stream. */
+static bool push_maybe_counted(ga_status st)
+{
+    return st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT;
+}
+
+/* The shards whose last pull failed fetch the parameters their acknowledged push made, before
+ * new gradients go anywhere. */
+static ga_status catch_up(ga_client *c)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        sh->active = sh->used && sh->pull_pending;
+        sh->want = sh->pull_min;
+        any |= sh->active;
+    }
+    if (!any) return GA_OK;
+    ga_status st = ga_client_pull_shards(c);
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->active || sh->st != GA_OK) continue;
+        sh->pull_pending = false;
+        if (c->opt.mode == GA_MODE_SYNC) sh->step = sh->version;
+    }
+    return st;
+}
+
+/* Shard task: push the step's parts, then pull the version the push asked for. A push refused
+ * as late (its step closed without it) still pulls the step that closed; its bytes are marked
+ * for the fold-back (sh->late). sh->pushed says whether the push went through; sh->st (the
+ * return) is the push's failure, or the pull's. */
+static ga_status exchange(ga_client *c, ga_shard *sh)
+{
+    sh->pushed = sh->late = false;
+    sh->bytes_pulled = 0;
+    sh->apply_s = 0.0;
+    ga_status st = ga_shard_push(c, sh);
+    sh->push_end = ga_client_now();
+    if (st == GA_E_STEP_CLOSED) {
+        /* A straggler: nothing is lost, the payloads travel with the next step. */
+        sh->late = true;
+        sh->want = sh->step + 1;
+        sh->err[0] = '\0';
+    } else if (st == GA_OK) {
+        sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
+        if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
+        /* The server had this step already, from an earlier call whose answer was lost: these
+         * gradients were not counted, so they travel with the next step, as a straggler's do. */
+        sh->late = sh->stale_ack;
+    } else {
+        return st;
+    }
+    sh->pushed = true;
+    return ga_shard_pull(c, sh);
+}
+
+ga_status ga_client_step(ga_client *c, const float *const *grads)
+{
+    if (!c) return GA_E_INVAL;
+    if (!c->inited) return ga_client_fail(c, GA_E_INVAL, "step: before init");
+    if (!grads) return ga_client_fail(c, GA_E_INVAL, "step: grads is NULL");
+    for (size_t i = 0; i < c->ntensors; i++)
+        if (!grads[i]) return ga_client_fail(c, GA_E_INVAL, "step: grads[%zu] ('%s') is NULL", i, c->tensors[i].name);
+    c->stats.encode_s = c->stats.push_s = c->stats.pull_s = c->stats.decode_s = 0.0;
+    c->stats.bytes_pushed = c->stats.bytes_pulled = 0;
+    ga_status st;
+    if (c->device_stale && (st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "step: copying version %llu to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
+    if ((st = catch_up(c)) != GA_OK) return st;
+
+    /* Sync: every shard pushes the same step. A shard that fell behind (its push failed while
+     * the others' went through) catches up alone; the others' parts wait in the residual. */
+    uint64_t step = ga_client_push_step(c);
+    bool fold[GA_PLACEMENT_MAX_SHARDS] = {false}, folding = false;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        fold[i] = sh->used && sh->step != step;
+        folding |= fold[i];
+        sh->active = sh->used && sh->step == step;
+    }
+
+    double t0 = ga_client_now();
+    st = ga_client_encode(c, grads, step);
+    double t1 = ga_client_now();
+    c->stats.encode_s = t1 - t0;
+    if (st != GA_OK) return st;
+
+    ga_shards_run(c, exchange);
+    double t2 = ga_client_now(), push_end = t1, apply = 0.0;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->active) continue;
+        if (sh->push_end > push_end) push_end = sh->push_end;
+        /* The shards applied at the same time: the slowest one's apply is the step's. */
+        if (sh->apply_s > apply) apply = sh->apply_s;
+        c->stats.bytes_pulled += sh->bytes_pulled;
+        if (sh->late) {
+            fold[i] = folding = true;
+            c->stats.late_pushes++;
+        }
+        if (!sh->pushed) {
+            if (!push_maybe_counted(sh->st)) fold[i] = folding = true;
+        } else if (sh->st != GA_OK) {
+            /* The push went through but its pull did not: the next call pulls first. */
+            sh->pull_pending = true;
+            sh->pull_min = sh->want;
+        } else if (c->opt.mode == GA_MODE_SYNC) {
+            sh->step = sh->version;
+        }
+    }
+    c->stats.push_s = push_end - t1;
+    c->stats.decode_s = apply;
+    c->stats.pull_s = t2 - push_end - apply;
+    c->version = ga_shards_version(c);
+
+    ga_status fold_st = folding ? ga_client_fold_back(c, fold) : GA_OK;
+    char fold_err[sizeof c->err];
+    memcpy(fold_err, c->err, sizeof fold_err);
+    st = ga_shards_error(c);
+    if (st == GA_OK && fold_st != GA_OK) {
+        st = fold_st;
+        memcpy(c->err, fold_err, sizeof fold_err);
+    }
+    if (st != GA_OK) return st;
+    /* Device tensors: the mirror now holds the version; the caller's device buffers get it. */
+    if ((st = ga_client_device_store(c)) != GA_OK)
+        return ga_client_fail(c, st, "pull version %llu: copying it to the device tensors: %s",
+                              (unsigned long long)c->version, ga_strerror(st));
+    c->stats.steps++;
+    c->err[0] = '\0';
+    return GA_OK;
+}
