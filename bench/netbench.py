@@ -53,12 +53,14 @@ class System:
     pull_codec: str = "none"
     pull_threshold: Optional[float] = None
     pull_ratio: Optional[float] = None
+    lanes: bool = False  # the SDK's lanes (--lanes of them per shard) instead of one
 
-    def label(self) -> str:
+    def label(self, lanes: int = 1) -> str:
         if self.gloo:
             return f"gloo {self.gloo}"
         push = self.codec + (f" {self.ratio:g}" if self.ratio else "")
-        return f"{push}, {'fp32' if self.pull_codec == 'none' else self.pull_codec} pull"
+        return (f"{push}, {'fp32' if self.pull_codec == 'none' else self.pull_codec} pull"
+                + (f", {lanes} lanes" if self.lanes else ""))
 
 
 # Gradients are N(0, 0.01^2) (netbench_grads.py); the 2bit push threshold is one std. The pulled
@@ -72,8 +74,11 @@ SYSTEMS = {s.name: s for s in [
     System("topk", codec="topk", ratio=0.001, pull_codec="2bit", pull_threshold=0.001),
     System("topk-fp32pull", codec="topk", ratio=0.001),
     System("2bit-fp32pull", codec="2bit", threshold=0.01),
+    System("none-lanes", lanes=True),
+    System("2bit-lanes", codec="2bit", threshold=0.01, pull_codec="2bit", pull_threshold=0.001, lanes=True),
+    System("topk-lanes", codec="topk", ratio=0.001, pull_codec="2bit", pull_threshold=0.001, lanes=True),
 ]}
-DEFAULT_SYSTEMS = "gloo-fp32,gloo-fp16,none,fp16,2bit,topk,topk-fp32pull"
+DEFAULT_SYSTEMS = "gloo-fp32,gloo-fp16,none,none-lanes,fp16,2bit,2bit-lanes,topk,topk-lanes,topk-fp32pull"
 
 
 @dataclass
@@ -169,7 +174,7 @@ class Bench:
             argv = [sys.executable, os.path.join(HERE, "netbench_worker.py"), "--server", target, "--job", job,
                     "--rank", str(r), "--world", str(a.world), "--elements", str(elements), "--codec", sysm.codec,
                     "--pull-codec", sysm.pull_codec, "--warmup", str(warmup), "--steps", str(steps),
-                    "--threads", str(a.threads)]
+                    "--threads", str(a.threads), "--lanes", str(a.lanes if sysm.lanes else 1)]
             for flag, v in (("--threshold", sysm.threshold), ("--ratio", sysm.ratio),
                             ("--pull-threshold", sysm.pull_threshold), ("--pull-ratio", sysm.pull_ratio)):
                 if v is not None:
@@ -238,8 +243,9 @@ class Bench:
 
     def run_row(self, link: str, elements: int, sysm: System, shards: int, shard_ok: Tuple[bool, str]
                 ) -> Dict[str, Any]:
-        base = {"link": link, "elements": elements, "system": sysm.name, "label": sysm.label(),
-                "shards": 0 if sysm.gloo else shards, "world": self.args.world}
+        base = {"link": link, "elements": elements, "system": sysm.name, "label": sysm.label(self.args.lanes),
+                "shards": 0 if sysm.gloo else shards, "lanes": self.args.lanes if sysm.lanes else 1,
+                "world": self.args.world}
         if not sysm.gloo and shards > 1 and not shard_ok[0]:
             return {**base, "status": "pending", "error": shard_ok[1]}
         t0 = time.monotonic()
@@ -295,6 +301,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps (tensors under 10M floats)")
     ap.add_argument("--big-steps", type=int, default=3, help="measured steps from 10M floats (1 warm-up)")
     ap.add_argument("--threads", type=int, default=1, help="each gradagg worker's encode/decode threads")
+    ap.add_argument("--lanes", type=int, default=4, help="lanes per shard of the '-lanes' systems")
     ap.add_argument("--journal-sync", default="step", choices=("none", "step", "push"))
     ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of the shards (e.g. MALLOC_MMAP_THRESHOLD_=131072)")

@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lanes", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.9)
     a = ap.parse_args()
@@ -51,7 +52,7 @@ def main() -> int:
         client = gradagg.Client(a.server, a.job, a.rank, a.world, mean=True,
                                 optimizer=gradagg.SGD(a.lr, momentum=a.momentum), pull_codec=a.pull_codec,
                                 pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=a.threads,
-                                call_timeout_ms=120000, step_timeout_ms=600000)
+                                lanes=a.lanes, call_timeout_ms=120000, step_timeout_ms=600000)
         with client:
             client.add_tensor("model", params, codec=a.codec, threshold=a.threshold, ratio=a.ratio)
             client.init()

@@ -20,6 +20,7 @@ typedef struct ga_push_part {
     uint32_t piece;          /* the tensor's piece (so the shard) it belongs to */
     size_t pos, len;         /* payload: buf[pos, pos + len) of the tensor's push buffer */
     ga_codec_params params;  /* as sent (topk: this step's ratio and seed) */
+    bool deferred;           /* not encoded yet: its shard's thread encodes it (ga_shard_encode) */
 } ga_push_part;
 
 /* A tensor's piece on one shard (placement.h): the whole tensor, or a range of a split one. */
@@ -59,6 +60,7 @@ typedef struct ga_tensor {
     float *work;               /* n floats: clipped / Nesterov-corrected / late-folded gradient */
     float *late;               /* codecs without a residual: late pushes, added to the next step */
     bool late_pending;
+    const float *step_grad;    /* the step's gradient while parts are deferred (ga_shard_encode) */
     uint8_t *buf;              /* push payloads of the open step */
     size_t buf_cap;
     ga_push_part *parts;
@@ -66,6 +68,9 @@ typedef struct ga_tensor {
 } ga_tensor;
 
 typedef struct ga_shard ga_shard;
+
+/* The turns the lanes of one address take in order within a step (ga_shard_turn_wait). */
+typedef enum ga_turn { GA_TURN_ENCODED, GA_TURN_SENT, GA_TURNS } ga_turn;
 
 /* A task of ga_shards_run, on the shard's own thread: returns its status, a message in sh->err. */
 typedef ga_status (*ga_shard_fn)(ga_client *c, ga_shard *sh);
@@ -101,10 +106,12 @@ struct ga_shard {
     pthread_t thread;      /* shards 1..n-1 when n > 1; shard 0's tasks run on the caller */
     bool has_thread;
     uint64_t seen;         /* the task generation it ran last */
-    uint64_t sent;         /* the task generation in which its push was last sent (under mu) */
-    double push_end;       /* ga_shard_exchange: when its push ended */
-    bool pushed;           /* ga_shard_exchange: the push was acknowledged (or its step closed) */
-    bool late;             /* ga_shard_exchange: ... but its bytes were not counted: fold back */
+    uint64_t turn[GA_TURNS]; /* the task generation in which it last passed each turn (under mu) */
+    uint64_t bytes_pushed; /* ga_shard_encode: payload bytes it encoded */
+    double encode_end;     /* the step's exchange: when its encode ended */
+    double push_end;       /* ... when its push ended */
+    bool pushed;           /* ... the push was acknowledged (or its step closed) */
+    bool late;             /* ... but its bytes were not counted: fold back */
 };
 
 struct ga_client {
@@ -116,7 +123,7 @@ struct ga_client {
     /* The shard threads: a task generation, posted by ga_shards_run. */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    pthread_cond_t sent;   /* a shard's push was sent: the next lane's turn */
+    pthread_cond_t turn;   /* a shard passed a turn: the next lane may go */
     bool pool;             /* mu and the conditions exist */
     uint64_t gen;
     uint32_t pending;
@@ -168,12 +175,12 @@ ga_status ga_shards_start(ga_client *c);
 /* Runs fn for every shard with sh->active (shard 0 on the caller), concurrently, and returns
  * when all are done; sh->st holds each status. The shards' figures go into c->stats. */
 void ga_shards_run(ga_client *c, ga_shard_fn fn);
-/* Lanes push one after another (ga_shard_push): a shard of lane > 0 waits until the lane before
- * it on the same address has sent its push in the current task generation (no wait when that
- * lane takes no part in it); ga_shard_lane_pass says a shard's push was sent (or failed), once
+/* Lanes encode, and push, one after another: a shard of lane > 0 waits until the lane before it
+ * on the same address has passed turn `t` in the current task generation (no wait when that
+ * lane takes no part in it); ga_shard_turn_pass says a shard passed it (done, or failed), once
  * per generation. No-ops for a client with one shard. */
-void ga_shard_lane_wait(ga_client *c, ga_shard *sh);
-void ga_shard_lane_pass(ga_client *c, ga_shard *sh);
+void ga_shard_turn_wait(ga_client *c, ga_shard *sh, ga_turn t);
+void ga_shard_turn_pass(ga_client *c, ga_shard *sh, ga_turn t);
 /* The first failed active shard's status (GA_OK when none), its message in c->err, prefixed with
  * the shard's address when there are several. */
 ga_status ga_shards_error(ga_client *c);
@@ -190,8 +197,17 @@ ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params 
 
 /* The steps of one training step, each in its own file. A mask of shards (bool per shard)
  * picks the parts whose piece lives on them; NULL = every shard. */
-/* Encodes every tensor once into its parts (push.c); step seeds topk and the threshold sample. */
-ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step);
+/* Encodes every tensor once into its parts (push.c); step seeds topk and the threshold sample.
+ * With defer, the parts of host tensors whose encode cannot fail (2bit, 1bit, none; no DGC, no
+ * late push to add) on shards marked active are left for ga_shard_encode. */
+ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step, bool defer);
+/* Shard task step: encodes sh's deferred parts (after the lane before it: GA_TURN_ENCODED),
+ * counting their bytes in sh->bytes_pushed. A codec error (none is expected) leaves the rest
+ * deferred, which the fold-back skips. */
+ga_status ga_shard_encode(ga_client *c, ga_shard *sh);
+/* After the shards encoded their deferred parts: the figures taken over whole tensors (2bit
+ * density). */
+void ga_client_encode_finish(ga_client *c);
 /* The step the next push carries: the least sh->step of the used shards. */
 uint64_t ga_client_push_step(const ga_client *c);                   /* push.c */
 /* Pushes the encoded parts to every used shard at that step (all of them unless one fell

@@ -146,7 +146,10 @@ typedef struct ga_tensor_options {
 
 /* Per-step figures of the last ga_client_step, and totals. */
 typedef struct ga_client_stats {
-    double encode_s, push_s, pull_s, decode_s; /* last step */
+    double encode_s, push_s, pull_s, decode_s; /* last step: encoding until the first push could
+                                                  start (later lanes' encoding overlaps pushes:
+                                                  in push_s), pushing until the last push ended,
+                                                  then waiting and pulling, and applying pulls */
     uint64_t bytes_pushed, bytes_pulled;       /* last step, payload bytes */
     uint64_t steps, retries, late_pushes;      /* totals */
     uint64_t rejoins; /* joins again after the server came back without this membership */

@@ -153,9 +153,19 @@ static float density_2bit(const ga_tensor *t)
     return (float)((double)nonzero / (double)t->n);
 }
 
-/* Encodes t's chunks; the residual (and DGC's u) move here. */
-static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step)
+/* Whether t's parts may be left to their shards' threads: a host tensor encoded straight from
+ * the gradient by a codec that cannot refuse finite input. */
+static bool deferrable(const ga_tensor *t)
 {
+    return !t->device && !t->dgc.enabled && !t->late_pending &&
+           (t->codec == GA_CODEC_2BIT || t->codec == GA_CODEC_1BIT || t->codec == GA_CODEC_NONE);
+}
+
+/* Encodes t's chunks, but with defer (deferrable(t)) those of the active shards; the residual
+ * (and DGC's u) move here. */
+static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_t step, bool defer)
+{
+    bool deferred = false;
     const float *src = g;
     if (t->dgc.enabled) {
         src = ga_dgc_correct(&t->dgc, t->u, g, t->clip_s, t->work, t->n);
@@ -180,8 +190,15 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         src = t->work;
     }
     const ga_exec *ex = t->device ? &c->dex : &c->ex;
+    defer = defer && deferrable(t);
+    t->step_grad = g;
     for (size_t i = 0; i < t->nparts; i++) {
         ga_push_part *p = &t->parts[i];
+        p->deferred = defer && c->shards[t->pieces[p->piece].shard].active;
+        if (p->deferred) {
+            deferred = true;
+            continue;
+        }
         float *res = t->residual ? t->residual + p->off : NULL;
         size_t len;
         /* Device tensors encode into device staging, then copy the payload to the host buffer. */
@@ -216,11 +233,56 @@ static ga_status encode_tensor(ga_client *c, ga_tensor *t, const float *g, uint6
         t->threshold = t->step_threshold;
         t->auto_have = t->step_have;
     }
-    if (t->codec == GA_CODEC_2BIT) t->density = density_2bit(t);
+    if (t->codec == GA_CODEC_2BIT && !deferred) t->density = density_2bit(t);
     return GA_OK;
 }
 
-ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step)
+/* Encodes deferred part p of t. On an error (none is expected: deferrable) p stays deferred
+ * and nothing moved: the fold-back skips it. */
+static ga_status encode_deferred(ga_client *c, ga_tensor *t, ga_push_part *p)
+{
+    size_t len = 0;
+    float *res = t->residual ? t->residual + p->off : NULL;
+    ga_status st = ga_codec_encode(&c->ex, t->codec, &p->params, t->step_grad + p->off, res, p->count,
+                                   t->buf + p->pos, p->len, &len);
+    if (st != GA_OK) return st;
+    p->len = len;
+    p->deferred = false;
+    return GA_OK;
+}
+
+ga_status ga_shard_encode(ga_client *c, ga_shard *sh)
+{
+    ga_status st = GA_OK;
+    sh->bytes_pushed = 0;
+    ga_shard_turn_wait(c, sh, GA_TURN_ENCODED);
+    for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
+        ga_tensor *t = &c->tensors[i];
+        const ga_piece *pc = sh->pieces[i];
+        for (size_t k = 0; pc && k < t->nparts && st == GA_OK; k++) {
+            ga_push_part *p = &t->parts[k];
+            if (!p->deferred || &t->pieces[p->piece] != pc) continue;
+            if ((st = encode_deferred(c, t, p)) != GA_OK)
+                ga_shard_fail_call(sh, st, "", "push step %llu: encode tensor '%s' [%zu, %zu) with %s",
+                                   (unsigned long long)sh->step, t->name, p->off, p->off + p->count,
+                                   ga_codec_name(t->codec));
+            else
+                sh->bytes_pushed += p->len;
+        }
+    }
+    ga_shard_turn_pass(c, sh, GA_TURN_ENCODED); /* also after a failure: the next lane goes on */
+    return st;
+}
+
+void ga_client_encode_finish(ga_client *c)
+{
+    for (size_t i = 0; i < c->ntensors; i++) {
+        ga_tensor *t = &c->tensors[i];
+        if (t->codec == GA_CODEC_2BIT && t->nparts) t->density = density_2bit(t);
+    }
+}
+
+ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t step, bool defer)
 {
     /* Everything that can refuse the step comes before the first residual moves. */
     for (size_t i = 0; i < c->ntensors; i++) {
@@ -239,11 +301,15 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t ste
     for (size_t i = 0; i < c->ntensors; i++)
         if ((st = plan_tensor(c, &c->tensors[i], grads[i], step, i)) != GA_OK) return st;
     for (size_t i = 0; i < c->ntensors; i++) {
-        if ((st = encode_tensor(c, &c->tensors[i], grads[i], step)) != GA_OK) {
+        if ((st = encode_tensor(c, &c->tensors[i], grads[i], step, defer)) != GA_OK) {
             /* A wire-type overflow (fp16/bf16) after others moved: keep what they encoded. */
             char msg[sizeof c->err];
             memcpy(msg, c->err, sizeof msg);
             for (size_t j = i + 1; j < c->ntensors; j++) c->tensors[j].nparts = 0;
+            for (size_t j = 0; j < i; j++) /* the deferred parts too, so they fold back */
+                for (size_t k = 0; k < c->tensors[j].nparts; k++)
+                    if (c->tensors[j].parts[k].deferred)
+                        (void)encode_deferred(c, &c->tensors[j], &c->tensors[j].parts[k]);
             ga_client_fold_back(c, NULL);
             memcpy(c->err, msg, sizeof msg);
             return st;
@@ -252,10 +318,10 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t ste
     return GA_OK;
 }
 
-/* True when part p of t belongs to a shard of mask (NULL = every shard). */
+/* True when part p of t was encoded and belongs to a shard of mask (NULL = every shard). */
 static bool in_mask(const ga_tensor *t, const ga_push_part *p, const bool *mask)
 {
-    return !mask || mask[t->pieces[p->piece].shard];
+    return !p->deferred && (!mask || mask[t->pieces[p->piece].shard]);
 }
 
 ga_status ga_client_fold_back(ga_client *c, const bool *mask)
@@ -345,7 +411,7 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     if (st == GA_OK) st = ga_stream_close_send(s);
     /* The bytes are on their way: the next lane may start sending while this one's answer
      * comes back. */
-    ga_shard_lane_pass(c, sh);
+    ga_shard_turn_pass(c, sh, GA_TURN_SENT);
     /* The response, then the final status; after a failed send the final status says why. */
     ga_status fin;
     for (;;) {
@@ -375,9 +441,9 @@ ga_status ga_shard_push(ga_client *c, ga_shard *sh)
     push_arg a = {sh->step, NULL, false};
     char why[256];
     sh->stale_ack = false;
-    ga_shard_lane_wait(c, sh);
+    ga_shard_turn_wait(c, sh, GA_TURN_SENT);
     ga_status st = ga_shard_retry(c, sh, push_attempt, &a, why, sizeof why);
-    ga_shard_lane_pass(c, sh); /* also when no attempt got as far as sending */
+    ga_shard_turn_pass(c, sh, GA_TURN_SENT); /* also when no attempt got as far as sending */
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
     sh->ack = a.resp->version;
     /* A duplicate that none of this call's attempts can have caused: the step was counted with

@@ -83,7 +83,7 @@ ga_status ga_shards_start(ga_client *c)
         pthread_mutex_destroy(&c->mu);
         goto fail;
     }
-    if (pthread_cond_init(&c->sent, NULL) != 0) {
+    if (pthread_cond_init(&c->turn, NULL) != 0) {
         pthread_cond_destroy(&c->done);
         pthread_cond_destroy(&c->go);
         pthread_mutex_destroy(&c->mu);
@@ -132,23 +132,23 @@ void ga_shards_run(ga_client *c, ga_shard_fn fn)
     }
 }
 
-void ga_shard_lane_wait(ga_client *c, ga_shard *sh)
+void ga_shard_turn_wait(ga_client *c, ga_shard *sh, ga_turn t)
 {
     if (sh->lane == 0 || !c->pool) return;
     const ga_shard *prev = &c->shards[sh->index - 1];
     if (!prev->active) return;
     pthread_mutex_lock(&c->mu);
-    while (prev->sent != c->gen) pthread_cond_wait(&c->sent, &c->mu);
+    while (prev->turn[t] != c->gen) pthread_cond_wait(&c->turn, &c->mu);
     pthread_mutex_unlock(&c->mu);
 }
 
-void ga_shard_lane_pass(ga_client *c, ga_shard *sh)
+void ga_shard_turn_pass(ga_client *c, ga_shard *sh, ga_turn t)
 {
     if (!c->pool) return;
     pthread_mutex_lock(&c->mu);
-    if (sh->sent != c->gen) {
-        sh->sent = c->gen;
-        pthread_cond_broadcast(&c->sent);
+    if (sh->turn[t] != c->gen) {
+        sh->turn[t] = c->gen;
+        pthread_cond_broadcast(&c->turn);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -181,7 +181,7 @@ void ga_shards_free(ga_client *c)
         ga_free(sh->pieces);
     }
     if (c->pool) {
-        pthread_cond_destroy(&c->sent);
+        pthread_cond_destroy(&c->turn);
         pthread_cond_destroy(&c->done);
         pthread_cond_destroy(&c->go);
         pthread_mutex_destroy(&c->mu);

@@ -36,16 +36,23 @@ static ga_status catch_up(ga_client *c)
     return st;
 }
 
-/* Shard task: push the step's parts, then pull the version the push asked for. A push refused
- * as late (its step closed without it) still pulls the step that closed; its bytes are marked
- * for the fold-back (sh->late). sh->pushed says whether the push went through; sh->st (the
- * return) is the push's failure, or the pull's. */
+/* Shard task: encode its deferred parts, push the step's parts, then pull the version the push
+ * asked for. A push refused as late (its step closed without it) still pulls the step that
+ * closed; its bytes are marked for the fold-back (sh->late). sh->pushed says whether the push
+ * went through; sh->st (the return) is the encode's or the push's failure, or the pull's. */
 static ga_status exchange(ga_client *c, ga_shard *sh)
 {
     sh->pushed = sh->late = false;
     sh->bytes_pulled = 0;
     sh->apply_s = 0.0;
-    ga_status st = ga_shard_push(c, sh);
+    ga_status st = ga_shard_encode(c, sh);
+    sh->encode_end = ga_client_now();
+    if (st != GA_OK) {
+        ga_shard_turn_pass(c, sh, GA_TURN_SENT); /* the next lane does not wait for this one */
+        sh->push_end = sh->encode_end;
+        return st;
+    }
+    st = ga_shard_push(c, sh);
     sh->push_end = ga_client_now();
     if (st == GA_E_STEP_CLOSED) {
         /* A straggler: nothing is lost, the payloads travel with the next step. */
@@ -92,17 +99,22 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
     }
 
     double t0 = ga_client_now();
-    st = ga_client_encode(c, grads, step);
+    st = ga_client_encode(c, grads, step, true);
     double t1 = ga_client_now();
-    c->stats.encode_s = t1 - t0;
-    if (st != GA_OK) return st;
+    if (st != GA_OK) {
+        c->stats.encode_s = t1 - t0;
+        return st;
+    }
 
     ga_shards_run(c, exchange);
-    double t2 = ga_client_now(), push_end = t1, apply = 0.0;
+    ga_client_encode_finish(c);
+    double t2 = ga_client_now(), push_start = t2, push_end = t1, apply = 0.0;
     for (uint32_t i = 0; i < c->nshards; i++) {
         ga_shard *sh = &c->shards[i];
         if (!sh->active) continue;
+        if (sh->encode_end < push_start) push_start = sh->encode_end;
         if (sh->push_end > push_end) push_end = sh->push_end;
+        c->stats.bytes_pushed += sh->bytes_pushed;
         /* The shards applied at the same time: the slowest one's apply is the step's. */
         if (sh->apply_s > apply) apply = sh->apply_s;
         c->stats.bytes_pulled += sh->bytes_pulled;
@@ -120,7 +132,9 @@ ga_status ga_client_step(ga_client *c, const float *const *grads)
             sh->step = sh->version;
         }
     }
-    c->stats.push_s = push_end - t1;
+    /* Encoding until the first push could start; the lanes encoded later overlap pushes. */
+    c->stats.encode_s = push_start - t0;
+    c->stats.push_s = push_end - push_start;
     c->stats.decode_s = apply;
     c->stats.pull_s = t2 - push_end - apply;
     c->version = ga_shards_version(c);
