@@ -41,7 +41,7 @@ def fnv1a(name: str) -> int:
     return h
 
 
-def train(server: Any, job: str, world: int = 2, steps: int = 20) -> List[Dict[str, Any]]:
+def train(server: Any, job: str, world: int = 2, steps: int = 20, lanes: int = 1) -> List[Dict[str, Any]]:
     """The _util regression model (its gradient has no BLAS, so two runs of the same math agree to
     the bit) with a 64x64 weight, 2bit, that SPLIT cuts in two, and a bias sent whole."""
     def worker(r: int) -> Dict[str, Any]:
@@ -50,7 +50,7 @@ def train(server: Any, job: str, world: int = 2, steps: int = 20) -> List[Dict[s
         losses = []
         with gradagg.Client(server, job, r, world, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
                             pull_codec="2bit", pull_threshold=0.002, shard_split_elements=SPLIT, chunk_bytes=4096,
-                            **FAST) as c:
+                            lanes=lanes, **FAST) as c:
             c.add_tensor("w", w, codec="2bit", threshold=0.01)
             c.add_tensor("b", b)
             c.init()
@@ -87,6 +87,31 @@ def test_two_shards_match_one(two_servers: Tuple[Server, Server], job: str) -> N
             c.init()
             assert c.version == 20
         assert np.array_equal(piece, weight[2048 * j:2048 * (j + 1)]), f"shard {s}"
+
+
+def test_lanes_match_one_shard(two_servers: Tuple[Server, Server], job: str) -> None:
+    """Two lanes on one server are two jobs, "<job>" and "<job>/lane1", that hold a piece each,
+    with the parameters of one shard bit for bit."""
+    a, _ = two_servers
+    one = train(a.addr, job + "_one")
+    lanes = train(a.addr, job + "_lanes", lanes=2)
+    for r in range(2):
+        assert lanes[r]["version"] == 20
+        for name in ("w", "b"):
+            assert np.array_equal(lanes[r][name], one[0][name]), f"rank {r} '{name}' differs from one lane"
+    weight = one[0]["w"].reshape(-1)
+    first = fnv1a("w") % 2
+    for lane, lane_job in enumerate((job + "_lanes", job + "_lanes/lane1")):
+        j = (lane - first) % 2
+        piece = np.zeros(2048, np.float32)
+        with gradagg.Client(a.addr, lane_job, 0, 2, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
+                            pull_codec="2bit", pull_threshold=0.002, **FAST) as c:
+            c.add_tensor(f"w@{j}/2", piece, codec="2bit", threshold=0.01)
+            c.init()
+            assert c.version == 20
+        assert np.array_equal(piece, weight[2048 * j:2048 * (j + 1)]), f"lane {lane}"
+    with pytest.raises(errors.InvalError, match="async jobs take one lane"):
+        gradagg.Client(a.addr, job, 0, 1, mode="async", lanes=2, **FAST)
 
 
 def test_async_takes_one_shard(two_servers: Tuple[Server, Server], job: str) -> None:
