@@ -261,7 +261,8 @@ ga_status ga_shard_encode(ga_client *c, ga_shard *sh)
         const ga_piece *pc = sh->pieces[i];
         for (size_t k = 0; pc && k < t->nparts && st == GA_OK; k++) {
             ga_push_part *p = &t->parts[k];
-            if (!p->deferred || &t->pieces[p->piece] != pc) continue;
+            /* Other shards' parts are theirs to write: test the piece first. */
+            if (&t->pieces[p->piece] != pc || !p->deferred) continue;
             if ((st = encode_deferred(c, t, p)) != GA_OK)
                 ga_shard_fail_call(sh, st, "", "push step %llu: encode tensor '%s' [%zu, %zu) with %s",
                                    (unsigned long long)sh->step, t->name, p->off, p->off + p->count,
