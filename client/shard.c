@@ -8,7 +8,7 @@
 #include "ga_alloc.h"
 #include "ga_lane.h"
 
-/* Shard i of lanes per address: lane i % lanes of address i / lanes. */
+/* Sets sh to lane `lane` of the address addr[0..len) (shard index = address * lanes + lane). */
 static ga_status shard_set(ga_client *c, ga_shard *sh, const char *addr, size_t len, uint32_t lane)
 {
     char job[512];
