@@ -89,10 +89,13 @@ class Shard:
     metrics_url: str
 
     def memory(self) -> Dict[str, float]:
-        """VmRSS now, the accounted allocator's bytes and the buffered push payloads."""
-        m = metrics(self.prefix, self.metrics_url, ["gradagg_memory_bytes", "gradagg_held_bytes"])
+        """VmRSS now, the accounted allocator's bytes (now and at most since start) and the
+        buffered push payloads."""
+        m = metrics(self.prefix, self.metrics_url,
+                    ["gradagg_memory_bytes", "gradagg_memory_peak_bytes", "gradagg_held_bytes"])
         return {"vm_rss": vm_status(self.proc.pid, "VmRSS"), "vm_hwm": vm_status(self.proc.pid),
-                "accounted": m.get("gradagg_memory_bytes"), "held": m.get("gradagg_held_bytes")}
+                "accounted": m.get("gradagg_memory_bytes"), "accounted_peak": m.get("gradagg_memory_peak_bytes"),
+                "held": m.get("gradagg_held_bytes")}
 
 
 class Interrupted(BaseException):

@@ -64,7 +64,7 @@ def memory_check(warm: Dict[str, Any], end: Dict[str, Any], elements: int, shard
     bound = sum(parts.values())
     hwm = max(warm["vm_hwm"], end["vm_hwm"])
     return {"vm_hwm": hwm, "vm_hwm_init": warm["vm_hwm"], "vm_hwm_steps": end["vm_hwm"], "vm_rss_end": end["vm_rss"],
-            "accounted_end": end["accounted"], "held_warm": warm["held"], "bound": bound, "margin": bound - hwm,
+            "accounted_end": end["accounted"], "accounted_peak": end.get("accounted_peak"), "held_warm": warm["held"], "bound": bound, "margin": bound - hwm,
             "ok": hwm <= bound, "parts": parts}
 
 
@@ -187,16 +187,17 @@ def tables(info: Dict[str, Any]) -> str:
         out.append("\n**Shard peak RSS (VmHWM) against params + optimizer state + published copy + W × one "
                    "push + 64 MiB**\n")
         out.append("| link | floats | system | S | shard | VmHWM MiB | bound MiB | margin MiB | ok "
-                   "| peak: init+warm-up / steps MiB | RSS at end MiB | accounted at end MiB |")
+                   "| peak: init+warm-up / steps MiB | RSS at end MiB | accounted at end / at most MiB |")
         out.append("|---|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|")
         for r in mem:
             for k, m in enumerate(r["shard_mem"]):
-                acc = m.get("accounted_end")
+                acc = "/".join("" if m.get(k) is None else format(m[k] / MIB, ".0f")
+                               for k in ("accounted_end", "accounted_peak"))
                 out.append(f"| {r['link']} | {r['elements']:,} | {r['label']} | {r['shards']} | s{k} | "
                            f"{m['vm_hwm'] / MIB:.0f} | {m['bound'] / MIB:.0f} | {m['margin'] / MIB:.0f} | "
                            f"{'yes' if m['ok'] else '**NO**'} | {m['vm_hwm_init'] / MIB:.0f} / "
                            f"{m['vm_hwm_steps'] / MIB:.0f} | {m['vm_rss_end'] / MIB:.0f} | "
-                           f"{'' if acc is None else format(acc / MIB, '.0f')} |")
+                           f"{acc} |")
     return "\n".join(out)
 
 

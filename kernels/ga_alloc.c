@@ -1,4 +1,5 @@
-/* Accounted host allocator: a 64-byte header in front of each block records its size. */
+/* Accounted host allocator: a 64-byte header in front of each block records its size and where
+ * the C library's allocation starts. */
 #include "ga_alloc.h"
 
 #include <stdatomic.h>
@@ -8,7 +9,8 @@
 typedef struct block_header {
     uint64_t bytes;
     uint64_t magic;
-    unsigned char pad[GA_ALLOC_ALIGN - 2 * sizeof(uint64_t)];
+    void *base; /* what free() takes */
+    unsigned char pad[GA_ALLOC_ALIGN - 2 * sizeof(uint64_t) - sizeof(void *)];
 } block_header;
 
 _Static_assert(sizeof(block_header) == GA_ALLOC_ALIGN, "header keeps the block aligned");
@@ -50,16 +52,28 @@ void *ga_malloc(size_t bytes)
     if (!h) return NULL;
     h->bytes = bytes;
     h->magic = BLOCK_MAGIC;
+    h->base = h;
     ga_mem_account_add(GA_MEM_HOST, bytes);
     return h + 1;
 }
 
+/* calloc, not malloc + memset: a large block comes from fresh mapped pages that the C library
+ * knows are zero, so its pages count in the resident set only once they are written (a zeroed
+ * optimizer state costs no memory until the first step). The block is aligned by hand inside
+ * an allocation one alignment longer. */
 void *ga_calloc(size_t count, size_t size)
 {
     if (size && count > SIZE_MAX / size) return NULL;
-    void *p = ga_malloc(count * size);
-    if (p) memset(p, 0, count * size);
-    return p;
+    size_t bytes = count * size;
+    if (bytes > SIZE_MAX - 3 * GA_ALLOC_ALIGN) return NULL;
+    void *base = calloc(1, sizeof(block_header) + bytes + GA_ALLOC_ALIGN);
+    if (!base) return NULL;
+    block_header *h = (block_header *)(((uintptr_t)base + GA_ALLOC_ALIGN - 1) & ~(uintptr_t)(GA_ALLOC_ALIGN - 1));
+    h->bytes = bytes;
+    h->magic = BLOCK_MAGIC;
+    h->base = base;
+    ga_mem_account_add(GA_MEM_HOST, bytes);
+    return h + 1;
 }
 
 void ga_free(void *p)
@@ -68,7 +82,7 @@ void ga_free(void *p)
     block_header *h = (block_header *)p - 1;
     ga_mem_account_sub(GA_MEM_HOST, h->bytes);
     h->magic = 0;
-    free(h);
+    free(h->base);
 }
 
 char *ga_strdup(const char *s)

@@ -27,7 +27,7 @@ typedef enum ga_mem_domain {
 /* Returns owned, GA_ALLOC_ALIGN-aligned, uninitialised host memory (free with ga_free), or NULL.
  * A request of 0 bytes returns a valid unique block. */
 void *ga_malloc(size_t bytes);
-/* As ga_malloc, zero-filled. */
+/* As ga_malloc, zero-filled; the pages of a large block stay unbacked until written. */
 void *ga_calloc(size_t count, size_t size);
 /* Frees a block from ga_malloc/ga_calloc. ga_free(NULL) is a no-op. */
 void ga_free(void *p);

@@ -245,6 +245,11 @@ void ga_metrics_write_process(ga_metrics_text *t, const char *backend)
     ga_label host = {"device", "host"}, cuda = {"device", "cuda"};
     ga_metrics_u64(t, "gradagg_memory_bytes", &host, 1, ga_mem_in_use(GA_MEM_HOST) + ga_mem_in_use(GA_MEM_PINNED));
     ga_metrics_u64(t, "gradagg_memory_bytes", &cuda, 1, ga_mem_in_use(GA_MEM_DEVICE));
+    ga_metrics_family(t, "gradagg_memory_peak_bytes", "gauge",
+                      "Most memory in use through the accounted allocator since start, by device (host: the peaks "
+                      "of host and pinned memory added).");
+    ga_metrics_u64(t, "gradagg_memory_peak_bytes", &host, 1, ga_mem_peak(GA_MEM_HOST) + ga_mem_peak(GA_MEM_PINNED));
+    ga_metrics_u64(t, "gradagg_memory_peak_bytes", &cuda, 1, ga_mem_peak(GA_MEM_DEVICE));
 
     uint64_t start = atomic_load(&start_unix_ms);
     if (start) {

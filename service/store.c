@@ -70,6 +70,31 @@ static ga_status floats_get(ga_store *s, bool wanted, size_t n, float **out)
     return GA_OK;
 }
 
+/* As floats_get, all +0. On the host it comes from ga_calloc, so its pages take no memory until
+ * written: a fresh optimizer state costs nothing before the first step (the init's values are
+ * gone by then). On the device the clear is queued on the store's stream. */
+static ga_status zeroed_floats_get(ga_store *s, bool wanted, size_t n, float **out)
+{
+    *out = NULL;
+    if (!wanted) return GA_OK;
+    if (s->compute == GA_STORE_MEM_HOST) {
+        float *p = ga_calloc(n, sizeof(float));
+        if (!p) return GA_E_NOMEM;
+        s->bytes += n * sizeof(float);
+        *out = p;
+        return GA_OK;
+    }
+    float *p;
+    GA_CHECK(floats_get(s, true, n, &p));
+    ga_status rc = ga_store_zero(s, p, n);
+    if (rc != GA_OK) {
+        ga_store_mem_put(s, s->compute, p, n * sizeof(float));
+        return rc;
+    }
+    *out = p;
+    return GA_OK;
+}
+
 static void tensor_free(ga_store *s, ga_store_tensor *t)
 {
     size_t bytes = t->n * sizeof(float);
@@ -161,7 +186,6 @@ void ga_store_destroy(ga_store *s)
     ga_store_mem_put(s, s->compute, s->delta, scratch);
     ga_store_mem_put(s, s->compute, s->residual, scratch);
     ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
-    ga_store_mem_put(s, s->compute, s->grad, s->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
     ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
@@ -250,20 +274,16 @@ fail:
     return rc;
 }
 
-/* Fills a new tensor from its version-0 values (host, in full->data): params, the published copy,
- * and zeroed optimizer state (the sum is made by the first dense chunk). */
+/* Fills a new tensor from its version-0 values (host, in full->data): params and the published
+ * copy (the optimizer state was made zero; the sum is made by the first dense chunk). */
 static ga_status tensor_init(ga_store *s, ga_store_tensor *t, const ga_blob *full)
 {
     size_t bytes = t->n * sizeof(float);
     if (t->pub) { /* CPU: the values are in place; the other of params / published copies them */
-        if (t->state0) GA_CHECK(ga_store_zero(s, t->state0, t->n));
-        if (t->state1) GA_CHECK(ga_store_zero(s, t->state1, t->n));
         if (t->published) GA_CHECK(ga_device_copy(&s->ex, t->params, t->published, bytes));
         return GA_OK;
     }
     GA_CHECK(ga_device_copy(&s->ex, t->params, full->data, bytes));
-    if (t->state0) GA_CHECK(ga_store_zero(s, t->state0, t->n));
-    if (t->state1) GA_CHECK(ga_store_zero(s, t->state1, t->n));
     if (t->published) GA_CHECK(ga_device_copy(&s->ex, t->published, t->params, bytes));
     return GA_OK;
 }
@@ -292,8 +312,8 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
         else t.params = (float *)full->data;
     }
     if (!t.params) GA_CHECK_GOTO(floats_get(s, true, n, &t.params), rc, fail);
-    GA_CHECK_GOTO(floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
-    GA_CHECK_GOTO(floats_get(s, adam, n, &t.state1), rc, fail);
+    GA_CHECK_GOTO(zeroed_floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
+    GA_CHECK_GOTO(zeroed_floats_get(s, adam, n, &t.state1), rc, fail);
     if (!t.published) GA_CHECK_GOTO(floats_get(s, deltas, n, &t.published), rc, fail);
     /* A failure from here on may leave the record array or the scratch larger (counted in
      * ga_store_bytes); no tensor, sum or publication changes. */
@@ -401,10 +421,8 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
     }
     if (!tensor->sum) {
         float *sum = NULL;
-        GA_CHECK(floats_get(s, true, tensor->n, &sum));
-        ga_status rc = ga_store_zero(s, sum, tensor->n);
-        ga_status synced = ga_exec_sync(&s->ex);
-        if (rc == GA_OK) rc = synced;
+        GA_CHECK(zeroed_floats_get(s, true, tensor->n, &sum));
+        ga_status rc = ga_exec_sync(&s->ex);
         if (rc != GA_OK) {
             ga_store_mem_put(s, s->compute, sum, tensor->n * sizeof(float));
             return rc;

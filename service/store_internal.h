@@ -63,10 +63,6 @@ struct ga_store {
     void *payload;   /* one encoded piece (4-byte aligned, as the codecs need) */
     size_t payload_cap;
 
-    /* The gradient of one range while applying held chunks (compute memory), grown as needed. */
-    float *grad;
-    size_t grad_elems;
-
     /* CUDA: a block of device zeros that clears sums and residuals by copies (no memset kernel),
      * sized min(largest tensor, ZERO_MAX_ELEMS). */
     float *zeros;

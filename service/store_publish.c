@@ -67,26 +67,25 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
     return GA_E_OPTIM;
 }
 
-/* The gradient block holds at least `elems` (>= 1) elements. */
-static ga_status grad_reserve(ga_store *s, size_t elems)
-{
-    if (elems == 0) elems = 1;
-    if (elems <= s->grad_elems) return GA_OK;
-    void *buf = s->grad;
-    size_t cap = s->grad_elems * sizeof(float);
-    GA_CHECK(ga_store_regrow(s, s->compute, &buf, &cap, elems * sizeof(float)));
-    s->grad = buf;
-    s->grad_elems = elems;
-    return GA_OK;
-}
+/* What every tensor's step needs, allocated before the first value changes, so that on the CPU
+ * (where every kernel argument is checked) nothing can fail once the math started; freed when
+ * the apply ends, so a store between steps holds none of it (a server with many jobs, or lanes,
+ * would otherwise keep one block per job). */
+typedef struct apply_scratch {
+    ga_store_held **by; /* room for the most held chunks of any tensor */
+    float *grad;        /* the gradient of one range (compute memory) */
+    size_t grad_elems;
+    float *sum;         /* a whole-tensor sum (compute memory), for partly overlapping ranges */
+    size_t sum_elems;
+} apply_scratch;
 
 /* Elements [lo, hi) with zero gradients, block by block. */
-static ga_status step_gap(ga_store *s, ga_store_tensor *t, size_t lo, size_t hi, float scale)
+static ga_status step_gap(ga_store *s, ga_store_tensor *t, size_t lo, size_t hi, float scale, const apply_scratch *x)
 {
     while (lo < hi) {
-        size_t len = hi - lo < s->grad_elems ? hi - lo : s->grad_elems;
-        GA_CHECK(ga_store_zero(s, s->grad, len));
-        GA_CHECK(step_range(s, t, lo, len, s->grad, scale));
+        size_t len = hi - lo < x->grad_elems ? hi - lo : x->grad_elems;
+        GA_CHECK(ga_store_zero(s, x->grad, len));
+        GA_CHECK(step_range(s, t, lo, len, x->grad, scale));
         lo += len;
     }
     return GA_OK;
@@ -128,14 +127,6 @@ static size_t grad_need(const ga_store_tensor *t, ga_store_held **by, bool *whol
     return most;
 }
 
-/* What every tensor's step needs, allocated before the first value changes, so that on the CPU
- * (where every kernel argument is checked) nothing can fail once the math started. */
-typedef struct apply_scratch {
-    ga_store_held **by; /* room for the most held chunks of any tensor */
-    float *sum;         /* a whole-tensor sum (compute memory), for partly overlapping ranges */
-    size_t sum_elems;
-} apply_scratch;
-
 static ga_status scratch_get(ga_store *s, apply_scratch *x)
 {
     size_t most_held = 0, grad = 0, sum = 0;
@@ -150,23 +141,21 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
         grad = need > grad ? need : grad;
         if (whole && s->tensors[i].n > sum) sum = s->tensors[i].n;
     }
-    ga_status rc = grad > 0 ? grad_reserve(s, grad) : GA_OK;
-    void *p = NULL;
+    void *g = NULL, *p = NULL;
+    ga_status rc = grad > 0 ? ga_store_mem_get(s, s->compute, grad * sizeof(float), &g) : GA_OK;
+    x->grad = g;
+    x->grad_elems = g ? grad : 0;
     if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
-    if (rc != GA_OK) {
-        ga_free(x->by);
-        x->by = NULL;
-        return rc;
-    }
     x->sum = p;
-    x->sum_elems = sum;
-    return GA_OK;
+    x->sum_elems = p ? sum : 0;
+    return rc; /* on an error the caller's scratch_put frees what was made */
 }
 
 /* After the last use (the stream synced on CUDA). */
 static void scratch_put(ga_store *s, apply_scratch *x)
 {
     ga_free(x->by);
+    ga_store_mem_put(s, s->compute, x->grad, x->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
     memset(x, 0, sizeof *x);
 }
@@ -189,19 +178,19 @@ static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale, apply_s
         if (rc == GA_OK) rc = step_range(s, t, 0, t->n, sum, scale);
         return rc;
     }
-    GA_CHECK(grad_reserve(s, most)); /* reserved by scratch_get: no allocation */
+    if (most > x->grad_elems) return GA_E_INVAL; /* scratch_get sized it: a bug, never silent */
     ga_status rc = GA_OK;
     size_t pos = 0;
     for (size_t i = 0; i < t->nheld && rc == GA_OK;) {
         size_t lo = by[i]->offset, len = by[i]->count;
-        rc = step_gap(s, t, pos, lo, scale);
-        if (rc == GA_OK) rc = ga_store_zero(s, s->grad, len);
+        rc = step_gap(s, t, pos, lo, scale, x);
+        if (rc == GA_OK) rc = ga_store_zero(s, x->grad, len);
         for (; i < t->nheld && by[i]->offset == lo && rc == GA_OK; i++)
-            rc = ga_store_decode_add(s, by[i]->codec, &by[i]->params, by[i]->data, by[i]->len, len, s->grad);
-        if (rc == GA_OK) rc = step_range(s, t, lo, len, s->grad, scale);
+            rc = ga_store_decode_add(s, by[i]->codec, &by[i]->params, by[i]->data, by[i]->len, len, x->grad);
+        if (rc == GA_OK) rc = step_range(s, t, lo, len, x->grad, scale);
         pos = lo + len;
     }
-    if (rc == GA_OK) rc = step_gap(s, t, pos, t->n, scale);
+    if (rc == GA_OK) rc = step_gap(s, t, pos, t->n, scale, x);
     return rc;
 }
 
@@ -215,8 +204,7 @@ static ga_status step_tensor(ga_store *s, ga_store_tensor *t, float scale, apply
         GA_CHECK(step_range(s, t, 0, t->n, t->sum, scale));
         GA_CHECK(ga_store_zero(s, t->sum, t->n));
     } else {
-        GA_CHECK(grad_reserve(s, GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n));
-        GA_CHECK(step_gap(s, t, 0, t->n, scale));
+        GA_CHECK(step_gap(s, t, 0, t->n, scale, x)); /* scratch_get sized the block for it */
     }
     if (s->cfg.optim == GA_OPTIM_ADAM) t->adam_t++;
     t->summing = false;

@@ -327,6 +327,7 @@ static void scrape_after_steps(void **state)
     assert_true(sample(m, "gradagg_rejected_requests_total{reason=\"inval\"}") == 1);
     assert_true(sample(m, "gradagg_build_info{version=\"0.1.0\",backend=\"cpu\"}") == 1);
     assert_true(sample(m, "gradagg_memory_bytes{device=\"host\"}") > 0);
+    assert_true(sample(m, "gradagg_memory_peak_bytes{device=\"host\"}") >= sample(m, "gradagg_memory_bytes{device=\"host\"}"));
     assert_true(sample(m, "process_start_time_seconds") > 1.7e9);
     promtool_clean(r.body, r.body_len);
     free(r.raw);

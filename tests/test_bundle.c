@@ -274,7 +274,7 @@ static Gradagg__V1__InitChunk *init_chunk(const init_spec *s)
 
 static init_spec good_init(void)
 {
-    init_spec s = {"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64};
+    init_spec s = {"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64, false};
     return s;
 }
 
@@ -342,21 +342,21 @@ static void test_init_checks(void **state)
     /* The rest of w; a zeros tensor (no values, any count inside it); the limit, which counts
      * values and chunk headers ("y" has a header as long as "z"'s). */
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64}), 1 << 20, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64, false}), 1 << 20, why, sizeof why),
         GA_OK);
     size_t before_z = b->held_bytes;
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0}), 1 << 20, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0, false}), 1 << 20, why, sizeof why),
         GA_OK);
     size_t header = b->held_bytes - before_z, limit = b->held_bytes + 64 + header;
     assert_true(header > sizeof(Gradagg__V1__InitChunk));
-    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), limit - 1,
+    assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit - 1,
                                  why, sizeof why),
                      GA_E_LIMIT);
     assert_int_equal(b->count, 3);
     assert_int_equal(b->payload_bytes, 128);
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64}), limit, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit, why, sizeof why),
         GA_OK);
     assert_int_equal(b->count, 4);
     assert_int_equal(b->held_bytes, limit);
