@@ -64,8 +64,8 @@ def memory_check(warm: Dict[str, Any], end: Dict[str, Any], elements: int, shard
     bound = sum(parts.values())
     hwm = max(warm["vm_hwm"], end["vm_hwm"])
     return {"vm_hwm": hwm, "vm_hwm_init": warm["vm_hwm"], "vm_hwm_steps": end["vm_hwm"], "vm_rss_end": end["vm_rss"],
-            "accounted_end": end["accounted"], "accounted_peak": end.get("accounted_peak"), "held_warm": warm["held"], "bound": bound, "margin": bound - hwm,
-            "ok": hwm <= bound, "parts": parts}
+            "accounted_end": end["accounted"], "accounted_peak": end["accounted_peak"], "held_warm": warm["held"],
+            "bound": bound, "margin": bound - hwm, "ok": hwm <= bound, "parts": parts}
 
 
 def link_delta(before: Optional[Dict[str, List[int]]], after: Optional[Dict[str, List[int]]], steps: int
@@ -191,8 +191,8 @@ def tables(info: Dict[str, Any]) -> str:
         out.append("|---|---:|---|---|---|---:|---:|---:|---|---:|---:|---:|")
         for r in mem:
             for k, m in enumerate(r["shard_mem"]):
-                acc = "/".join("" if m.get(k) is None else format(m[k] / MIB, ".0f")
-                               for k in ("accounted_end", "accounted_peak"))
+                acc = "/".join("" if m.get(key) is None else format(m[key] / MIB, ".0f")
+                               for key in ("accounted_end", "accounted_peak"))
                 out.append(f"| {r['link']} | {r['elements']:,} | {r['label']} | {r['shards']} | s{k} | "
                            f"{m['vm_hwm'] / MIB:.0f} | {m['bound'] / MIB:.0f} | {m['margin'] / MIB:.0f} | "
                            f"{'yes' if m['ok'] else '**NO**'} | {m['vm_hwm_init'] / MIB:.0f} / "
