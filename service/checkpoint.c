@@ -249,6 +249,7 @@ ga_status ga_ckpt_write(const char *dir, ga_ckpt_meta *m, ga_store *s, uint32_t 
         st = ga_status_fail(GA_E_IO, why, cap, "syncing %s: %s", tmp, strerror(errno));
         goto fail;
     }
+    ga_file_uncache(o.fd); /* read again only by a restore at start-up */
     close(o.fd), o.fd = -1;
     if (rename(tmp, path) != 0) {
         st = ga_status_fail(GA_E_IO, why, cap, "renaming %s to %s: %s", tmp, path, strerror(errno));

@@ -57,6 +57,11 @@ ga_status ga_file_read(int fd, void *buf, size_t len, const char *path, char *wh
     return GA_OK;
 }
 
+void ga_file_uncache(int fd)
+{
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
 ga_status ga_file_sync_dir(const char *dir, char *why, size_t cap)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

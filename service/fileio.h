@@ -15,6 +15,12 @@
 ga_status ga_file_writev(int fd, struct iovec *iov, int n, const char *path, char *why, size_t cap);
 /* Reads exactly len bytes at the current position; GA_E_LENGTH at a short read (end of file). */
 ga_status ga_file_read(int fd, void *buf, size_t len, const char *path, char *why, size_t cap);
+/* Drops fd's pages that are on the disk from the page cache (advice: no error). For files read
+ * again only at start-up (checkpoints, the journal), after their fsync: kept, they would make
+ * the next writes take fresh pages, which costs the writer far more than the copy (10x on a VM
+ * whose host backs guest memory lazily), and a container's page cache counts against its
+ * memory limit. Dirty pages stay. */
+void ga_file_uncache(int fd);
 /* fsync of the directory itself, so a rename or unlink in it is durable. */
 ga_status ga_file_sync_dir(const char *dir, char *why, size_t cap);
 /* mkdir -p with mode 0750. */

@@ -95,6 +95,7 @@ ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap)
 {
     if (j->fd < 0) return GA_OK;
     if (fdatasync(j->fd) != 0) return ga_status_fail(GA_E_IO, why, cap, "syncing %s: %s", j->path, strerror(errno));
+    ga_file_uncache(j->fd); /* read again only by a replay at start-up */
     return GA_OK;
 }
 

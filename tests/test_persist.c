@@ -1,17 +1,20 @@
 /* The files behind checkpoints and the journal: CRC-32C against its published check value, journal
  * records back in order, a torn or flipped record ending its segment (earlier ones kept), pruning,
  * checkpoints of a store round-tripping bit for bit, and a flipped byte, a cut file or a foreign
- * file refused. */
+ * file refused; a synced segment leaves the page cache. */
 #define _GNU_SOURCE /* mkdtemp */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -163,6 +166,63 @@ static void test_journal_replay_stops_at_damage(void **state)
     assert_int_equal(removed, 0); /* never the newest segment */
 }
 
+/* tmpfs keeps a file's pages as the file itself: nothing is dropped from its cache. */
+static bool on_tmpfs(const char *dir)
+{
+    struct statfs fs;
+    assert_int_equal(statfs(dir, &fs), 0);
+    return fs.f_type == 0x01021994; /* TMPFS_MAGIC */
+}
+
+/* Pages of the file at path in the page cache, out of *pages. */
+static size_t cached_pages(const char *path, size_t *pages)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    size_t len = (size_t)file_size(path), page = (size_t)sysconf(_SC_PAGESIZE);
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0); /* maps; reads nothing */
+    assert_true(map != MAP_FAILED);
+    *pages = (len + page - 1) / page;
+    unsigned char *vec = malloc(*pages);
+    assert_int_equal(mincore(map, len, vec), 0);
+    size_t cached = 0;
+    for (size_t i = 0; i < *pages; i++) cached += vec[i] & 1;
+    free(vec);
+    munmap(map, len);
+    close(fd);
+    return cached;
+}
+
+/* A flush (STEP mode's at each close) drops what it synced from the page cache: the records are
+ * read back only by a replay at start-up, and pages kept would make every step's appends take
+ * fresh ones (service/journal.c). */
+static void test_journal_flush_leaves_no_cached_pages(void **state)
+{
+    (void)state;
+    char dir[128], why[256];
+    ga_test_fresh_dir(dir, sizeof dir, base);
+    if (on_tmpfs(dir)) {
+        skip();
+        return;
+    }
+    ga_journal j;
+    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_STEP, why, sizeof why), GA_OK);
+    ga_push *p = make_push(0, 0, 1.0f, (size_t)1 << 20); /* a 4 MiB record */
+    assert_int_equal(ga_journal_commit(&j, 1, p, why, sizeof why), GA_OK);
+    ga_push_free(p);
+    size_t pages;
+    assert_true(cached_pages(j.path, &pages) > pages / 2); /* written, not yet synced */
+    assert_int_equal(ga_journal_flush(&j, why, sizeof why), GA_OK);
+    assert_true(cached_pages(j.path, &pages) <= 1);
+    /* The records are all still there. */
+    ga_journal_close(&j);
+    seen s = {0};
+    uint64_t records, damaged;
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 1);
+    assert_true(s.first[0] == 1.0f);
+}
+
 /* ---- checkpoints ---- */
 
 #define N 5000
@@ -248,6 +308,8 @@ static void test_checkpoint_round_trip_and_damage(void **state)
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, names[0]);
     ga_file_names_free(names, n);
+    size_t pages;
+    if (!on_tmpfs(dir)) assert_true(cached_pages(path, &pages) <= 1); /* synced, then dropped */
 
     loaded *l = ga_calloc(1, sizeof *l);
     ga_ckpt_loader ld = {on_begin, on_buffer, l};
@@ -294,6 +356,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_check_value),
         cmocka_unit_test(test_journal_replay_stops_at_damage),
+        cmocka_unit_test(test_journal_flush_leaves_no_cached_pages),
         cmocka_unit_test(test_checkpoint_round_trip_and_damage),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
