@@ -68,6 +68,11 @@ static const row rows[GA_CFG_KEYS] = {
                                    "tensors per job"),
     [GA_CFG_PULL_CHUNK_KB] = ROW_U32("pull-chunk-kb", "GRADAGG_PULL_CHUNK_KB", pull_chunk_kb, "1024", 4, 1u << 20,
                                      "payload per PullChunk message, KiB"),
+    [GA_CFG_STREAM_WINDOW_KB] = ROW_U32("stream-window-kb", "GRADAGG_STREAM_WINDOW_KB", stream_window_kb, "0", 0,
+                                        1u << 20,
+                                        "receive window of each call, KiB: what gRPC may buffer of a stream that "
+                                        "the server has not read yet; 0 = sized by gRPC's bandwidth-delay probe "
+                                        "(fastest, unbounded)"),
     [GA_CFG_DEADLINE_MS] = ROW_U32("deadline-ms", "GRADAGG_DEADLINE_MS", deadline_ms, "0", 0, 86400000,
                                    "straggler deadline after a step's first commit when a job sets none; 0 = wait "
                                    "for every rank"),

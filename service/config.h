@@ -30,6 +30,7 @@ typedef enum ga_config_key {
     GA_CFG_MAX_JOBS,
     GA_CFG_MAX_TENSORS,
     GA_CFG_PULL_CHUNK_KB,
+    GA_CFG_STREAM_WINDOW_KB,
     GA_CFG_DEADLINE_MS,
     GA_CFG_QUORUM,
     GA_CFG_MEMBER_LEASE_MS,
@@ -64,6 +65,7 @@ typedef struct ga_config {
     uint32_t max_jobs;
     uint32_t max_tensors;              /* per job */
     uint32_t pull_chunk_kb;            /* payload per PullChunk */
+    uint32_t stream_window_kb;         /* HTTP/2 receive window per stream; 0 = gRPC sizes it (BDP) */
     uint32_t deadline_ms;              /* straggler deadline when a job sets none; 0 = none */
     uint32_t quorum;                   /* straggler quorum when a job sets none; 0 = world size */
     uint32_t member_lease_ms;          /* a silent member is dropped after this */

@@ -111,13 +111,17 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
     grpc_init();
 
     /* Reuseport off, or a second server on the same port starts without error (trap 4); the
-     * message limits on both directions (trap 5). */
+     * message limits on both directions (trap 5); a fixed receive window when one is set (the
+     * last two, left out otherwise). */
     grpc_arg args[] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = clamp_int(opt->max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = clamp_int(opt->max_message_bytes)}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = clamp_int(opt->stream_window_bytes)}},
     };
-    grpc_channel_args chargs = {sizeof args / sizeof args[0], args};
+    size_t nargs = sizeof args / sizeof args[0] - (opt->stream_window_bytes ? 0 : 2);
+    grpc_channel_args chargs = {nargs, args};
     s->server = grpc_server_create(&chargs, NULL);
     ga_status rc = GA_OK;
     for (int i = 0; i < s->nqueues; i++) {

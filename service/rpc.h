@@ -47,6 +47,12 @@ typedef struct ga_rpc_options {
     const char *listen;          /* "127.0.0.1:0", "0.0.0.0:7070" */
     int threads;                 /* completion-queue threads, >= 1 */
     size_t max_message_bytes;    /* receive and send limit per message */
+    /* HTTP/2 receive window per stream, bytes: the most gRPC buffers of a call the server has
+     * not read yet (a Push streams faster than the loop commits it). 0 = gRPC grows windows
+     * from its bandwidth-delay probe: fastest, and on a fast link a whole push may sit in
+     * gRPC's buffers. Set = the probe off and this fixed window (costs CPU: more window
+     * updates and smaller reads). */
+    size_t stream_window_bytes;
     /* TLS: PEM text (not paths; borrowed until ga_rpc_server_start returns, gRPC keeps copies).
      * tls_cert_pem NULL = plaintext; with it tls_key_pem is required. tls_client_ca_pem set =
      * mutual TLS: a client must present a certificate that chains to it, else the handshake
@@ -55,7 +61,7 @@ typedef struct ga_rpc_options {
     const char *tls_key_pem;
     const char *tls_client_ca_pem;
 } ga_rpc_options;
-#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, NULL, NULL, NULL}
+#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, 0, NULL, NULL, NULL}
 
 /* Binds, starts the threads and begins accepting. *port = the bound port. Borrows handlers
  * (must outlive the server). Errors: GA_E_IO (cannot bind, or the port is in use: reuseport is

@@ -67,6 +67,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_jobs, 64);
     assert_int_equal(cfg.max_tensors, 4096);
     assert_int_equal(cfg.pull_chunk_kb, 1024);
+    assert_int_equal(cfg.stream_window_kb, 0);
     assert_int_equal(cfg.deadline_ms, 0);
     assert_int_equal(cfg.quorum, 0);
     assert_int_equal(cfg.member_lease_ms, 10000);
@@ -275,6 +276,7 @@ static void test_help_lists_every_row(void **state)
         {"--max-jobs", "GRADAGG_MAX_JOBS", NULL},
         {"--max-tensors", "GRADAGG_MAX_TENSORS", NULL},
         {"--pull-chunk-kb", "GRADAGG_PULL_CHUNK_KB", NULL},
+        {"--stream-window-kb", "GRADAGG_STREAM_WINDOW_KB", NULL},
         {"--deadline-ms", "GRADAGG_DEADLINE_MS", NULL},
         {"--quorum", "GRADAGG_QUORUM", NULL},
         {"--member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", NULL},

@@ -425,18 +425,18 @@ static void push_chunk(Gradagg__V1__PushChunk *c, const char *tensor, uint64_t o
     c->count = count;
 }
 
-static void test_push_committed_at_end(void **state)
+/* Streams `chunks` chunks of `bytes` on channel chan: nothing commits before the end, then every byte
+ * arrives, in order. */
+static void push_and_check(ga_channel *chan, int chunks, size_t bytes)
 {
-    (void)state;
-    enum { CHUNKS = 16, BYTES = 100 * 1024 + 7 };
-    uint8_t *data = random_bytes((size_t)CHUNKS * BYTES, 1);
+    uint8_t *data = random_bytes((size_t)chunks * bytes, 1);
     int committed = counter(&T.committed), aborted = counter(&T.aborted);
     ga_stream *s;
-    assert_int_equal(ga_stream_open(ch, GA_METHOD_PUSH, DEADLINE_MS, &s), GA_OK);
-    for (int k = 0; k < CHUNKS; k++) {
+    assert_int_equal(ga_stream_open(chan, GA_METHOD_PUSH, DEADLINE_MS, &s), GA_OK);
+    for (int k = 0; k < chunks; k++) {
         Gradagg__V1__PushChunk c;
-        push_chunk(&c, "w", (uint64_t)k * BYTES, BYTES);
-        assert_int_equal(ga_stream_send(s, &c.base, data + (size_t)k * BYTES, BYTES), GA_OK);
+        push_chunk(&c, "w", (uint64_t)k * bytes, bytes);
+        assert_int_equal(ga_stream_send(s, &c.base, data + (size_t)k * bytes, bytes), GA_OK);
     }
     assert_int_equal(counter(&T.committed), committed); /* nothing before the end */
     assert_int_equal(ga_stream_close_send(s), GA_OK);
@@ -444,8 +444,8 @@ static void test_push_committed_at_end(void **state)
     char why[256];
     assert_int_equal(ga_stream_recv(s, &gradagg__v1__push_response__descriptor, &m, why, sizeof why), GA_OK);
     assert_non_null(m);
-    assert_int_equal(((Gradagg__V1__PushResponse *)m)->step, CHUNKS);
-    assert_int_equal(((Gradagg__V1__PushResponse *)m)->version, (uint64_t)CHUNKS * BYTES);
+    assert_int_equal(((Gradagg__V1__PushResponse *)m)->step, chunks);
+    assert_int_equal(((Gradagg__V1__PushResponse *)m)->version, (uint64_t)chunks * bytes);
     protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
     assert_int_equal(ga_stream_recv(s, &gradagg__v1__push_response__descriptor, &m, why, sizeof why), GA_OK);
     assert_null(m);
@@ -453,9 +453,36 @@ static void test_push_committed_at_end(void **state)
     assert_int_equal(counter(&T.committed), committed + 1);
     assert_int_equal(counter(&T.aborted), aborted);
     pthread_mutex_lock(&T.mu);
-    assert_int_equal(T.last_sum, fnv(FNV_START, data, (size_t)CHUNKS * BYTES)); /* every byte, in order */
+    assert_int_equal(T.last_sum, fnv(FNV_START, data, (size_t)chunks * bytes)); /* every byte, in order */
     pthread_mutex_unlock(&T.mu);
     free(data);
+}
+
+static void test_push_committed_at_end(void **state)
+{
+    (void)state;
+    push_and_check(ch, 16, 100 * 1024 + 7);
+}
+
+/* A fixed receive window far below a message (--stream-window-kb): flow control carries a
+ * 12 MiB stream of 768 KiB messages through a 64 KiB window, whole and in order, without a
+ * stall (a gRPC memory limit once stalled such pushes for good). */
+static void test_push_through_small_window(void **state)
+{
+    (void)state;
+    ga_rpc_options opt = GA_RPC_OPTIONS_INIT;
+    opt.max_message_bytes = SERVER_LIMIT;
+    opt.stream_window_bytes = 64 << 10;
+    ga_rpc_server *small;
+    int small_port;
+    assert_int_equal(ga_rpc_server_start(&opt, &handlers, &small, &small_port), GA_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", small_port);
+    ga_channel *c;
+    assert_int_equal(ga_channel_create(addr, SERVER_LIMIT, &c), GA_OK);
+    push_and_check(c, 16, 768 * 1024);
+    ga_channel_destroy(c);
+    stop_server(small);
 }
 
 static void test_push_cancelled_aborts(void **state)
@@ -868,6 +895,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unary),
         cmocka_unit_test(test_push_committed_at_end),
+        cmocka_unit_test(test_push_through_small_window),
         cmocka_unit_test(test_push_cancelled_aborts),
         cmocka_unit_test(test_push_handler_error),
         cmocka_unit_test(test_pull_zero_copy),
