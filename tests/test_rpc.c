@@ -326,6 +326,16 @@ static void stop_server(ga_rpc_server *s)
     ga_rpc_server_destroy(s);
 }
 
+/* A second server with opt on 127.0.0.1, and a channel to it that takes messages up to limit. */
+static void start_extra(const ga_rpc_options *opt, size_t limit, ga_rpc_server **s, ga_channel **c)
+{
+    int p;
+    assert_int_equal(ga_rpc_server_start(opt, &handlers, s, &p), GA_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
+    assert_int_equal(ga_channel_create(addr, limit, c), GA_OK);
+}
+
 static int group_teardown(void **state)
 {
     (void)state;
@@ -474,12 +484,8 @@ static void test_push_through_small_window(void **state)
     opt.max_message_bytes = SERVER_LIMIT;
     opt.stream_window_bytes = 64 << 10;
     ga_rpc_server *small;
-    int small_port;
-    assert_int_equal(ga_rpc_server_start(&opt, &handlers, &small, &small_port), GA_OK);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", small_port);
     ga_channel *c;
-    assert_int_equal(ga_channel_create(addr, SERVER_LIMIT, &c), GA_OK);
+    start_extra(&opt, SERVER_LIMIT, &small, &c);
     push_and_check(c, 16, 768 * 1024);
     ga_channel_destroy(c);
     stop_server(small);
@@ -761,12 +767,8 @@ static void test_shutdown_idle_connection(void **state)
     /* A connected client without calls does not hold the shutdown. */
     ga_rpc_options opt = GA_RPC_OPTIONS_INIT;
     ga_rpc_server *s3;
-    int p3;
-    assert_int_equal(ga_rpc_server_start(&opt, &handlers, &s3, &p3), GA_OK);
-    char t3[64];
-    snprintf(t3, sizeof t3, "127.0.0.1:%d", p3);
     ga_channel *c3;
-    assert_int_equal(ga_channel_create(t3, 1u << 20, &c3), GA_OK);
+    start_extra(&opt, 1u << 20, &s3, &c3);
     Gradagg__V1__StatusResponse *r = NULL;
     char why[256];
     assert_int_equal(status_call(c3, "idle", &r, why, sizeof why), GA_OK);
@@ -789,12 +791,8 @@ static void test_shutdown_with_open_watch(void **state)
     ga_rpc_options opt = GA_RPC_OPTIONS_INIT;
     opt.threads = 3;
     ga_rpc_server *s2;
-    int p2;
-    assert_int_equal(ga_rpc_server_start(&opt, &handlers, &s2, &p2), GA_OK);
-    char t2[64];
-    snprintf(t2, sizeof t2, "127.0.0.1:%d", p2);
     ga_channel *c2;
-    assert_int_equal(ga_channel_create(t2, 1u << 20, &c2), GA_OK);
+    start_extra(&opt, 1u << 20, &s2, &c2);
     int cancels = counter(&T.cancels);
 
     ga_stream *w;
