@@ -50,8 +50,8 @@ typedef struct ga_rpc_options {
     /* HTTP/2 receive window per stream, bytes: the most gRPC buffers of a call the server has
      * not read yet (a Push streams faster than the loop commits it). 0 = gRPC grows windows
      * from its bandwidth-delay probe: fastest, and on a fast link a whole push may sit in
-     * gRPC's buffers. Set = the probe off and this fixed window (costs CPU: more window
-     * updates and smaller reads). */
+     * gRPC's buffers. Set = the probe off and this fixed window, at some CPU in gRPC's threads
+     * (measured in docs/operations.md). */
     size_t stream_window_bytes;
     /* TLS: PEM text (not paths; borrowed until ga_rpc_server_start returns, gRPC keeps copies).
      * tls_cert_pem NULL = plaintext; with it tls_key_pem is required. tls_client_ca_pem set =

@@ -564,6 +564,17 @@ static void setup_job(harness *h, const char *job, const config *k, float *w_val
     }
 }
 
+/* The common start: a core with test_options, job "j" of WORLD ranks set up (setup_job, its
+ * w values in wv[2500]) and its model. */
+static void open_job(harness *h, config *k, float *wv, model *m)
+{
+    ga_core_options o = test_options();
+    h_open(h, &o);
+    config_init(k, WORLD);
+    setup_job(h, "j", k, wv);
+    model_init(m, k);
+}
+
 /* ---- sync: mixed codecs, every arrival order ---- */
 
 static const int perms[6][WORLD] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
@@ -573,14 +584,10 @@ static const int perms[6][WORLD] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, 
 static void run_orders(const workload *wl, const int *perm, bool settle_between, float *out)
 {
     harness h;
-    ga_core_options o = test_options();
-    h_open(&h, &o);
     config k;
-    config_init(&k, WORLD);
     float wv[2500];
-    setup_job(&h, "j", &k, wv);
     model m;
-    model_init(&m, &k);
+    open_job(&h, &k, wv, &m);
     expect_published(&h, "j", 2, 0, &m);
     for (int s = 0; s < STEPS; s++) {
         for (int j = 0; j < WORLD; j++) {
@@ -672,14 +679,10 @@ static void test_duplicates(void **state)
     workload wl;
     workload_make(&wl);
     harness h;
-    ga_core_options o = test_options();
-    h_open(&h, &o);
     config k;
-    config_init(&k, WORLD);
     float wv[2500];
-    setup_job(&h, "j", &k, wv);
     model m;
-    model_init(&m, &k);
+    open_job(&h, &k, wv, &m);
     expect_ack(push_step(&h, "j", &wl, 0, 0, 0), 0, false, 0);
     expect_ack(push_step(&h, "j", &wl, 0, 0, 0), 0, true, 0); /* a retry while the step is open */
     expect_ack(push_step(&h, "j", &wl, 0, 2, 0), 0, false, 0);
@@ -900,14 +903,10 @@ static void test_waiting_pull(void **state)
     workload wl;
     workload_make(&wl);
     harness h;
-    ga_core_options o = test_options();
-    h_open(&h, &o);
     config k;
-    config_init(&k, WORLD);
     float wv[2500];
-    setup_job(&h, "j", &k, wv);
     model m;
-    model_init(&m, &k);
+    open_job(&h, &k, wv, &m);
     ga_call *p0 = pull(&h, "j", 0, 100, 1, false, 0), *p2 = pull(&h, "j", 2, 102, 1, false, 0);
     ga_call *gone = pull(&h, "j", 1, 101, 1, false, 0);
     done(pull(&h, "j", 1, 101, 2, false, 0), GA_E_VERSION);
@@ -949,14 +948,10 @@ static void test_pull_during_apply(void **state)
     workload wl;
     workload_make(&wl);
     harness h;
-    ga_core_options o = test_options();
-    h_open(&h, &o);
     config k;
-    config_init(&k, WORLD);
     float wv[2500];
-    setup_job(&h, "j", &k, wv);
     model m;
-    model_init(&m, &k);
+    open_job(&h, &k, wv, &m);
     worker w;
     worker_init(&w);
     worker_apply(&w, pull(&h, "j", 0, 100, 0, false, 0)); /* nothing queued: at once */
