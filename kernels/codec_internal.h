@@ -23,6 +23,7 @@ typedef struct ga_codec_row {
     const char *name;
     bool has_residual;
     bool fixed_size;
+    bool in_order; /* elements in order at a fixed size each (ga_codec_payload_range) */
     uint64_t max_elements;
     ga_status (*validate)(const ga_codec_params *p);
     size_t (*encoded_size)(const ga_codec_params *p, size_t n);

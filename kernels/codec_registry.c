@@ -63,18 +63,19 @@ static size_t size_topk(const ga_codec_params *p, size_t n)
 #define GA_BOTH(codec, op) {ga_##codec##_##op##_cpu, NULL}
 #endif
 
-#define GA_ROW(label, codec, residual, fixed, max, validate, size) \
-    {label, residual, fixed, max, validate, size, GA_BOTH(codec, encode), GA_BOTH(codec, decode_add)}
+#define GA_ROW(label, codec, residual, fixed, in_order, max, validate, size) \
+    {label, residual, fixed, in_order, max, validate, size, GA_BOTH(codec, encode), GA_BOTH(codec, decode_add)}
 
 static const ga_codec_row codec_table[GA_CODEC_COUNT] = {
-    [GA_CODEC_NONE] = GA_ROW("none", none, false, true, UINT64_MAX, validate_nothing, size_none),
-    [GA_CODEC_FP16] = GA_ROW("fp16", fp16, false, true, UINT64_MAX, validate_nothing, size_half),
-    [GA_CODEC_BF16] = GA_ROW("bf16", bf16, false, true, UINT64_MAX, validate_nothing, size_half),
-    [GA_CODEC_2BIT] = GA_ROW("2bit", q2bit, true, true, UINT64_MAX, validate_2bit, size_2bit),
-    [GA_CODEC_1BIT] = GA_ROW("1bit", q1bit, true, true, UINT64_MAX, validate_1bit, size_1bit),
+    [GA_CODEC_NONE] = GA_ROW("none", none, false, true, true, UINT64_MAX, validate_nothing, size_none),
+    [GA_CODEC_FP16] = GA_ROW("fp16", fp16, false, true, true, UINT64_MAX, validate_nothing, size_half),
+    [GA_CODEC_BF16] = GA_ROW("bf16", bf16, false, true, true, UINT64_MAX, validate_nothing, size_half),
+    [GA_CODEC_2BIT] = GA_ROW("2bit", q2bit, true, true, true, UINT64_MAX, validate_2bit, size_2bit),
+    [GA_CODEC_1BIT] = GA_ROW("1bit", q1bit, true, true, true, UINT64_MAX, validate_1bit, size_1bit),
+    /* The scales come before the sign words: a range of elements is not one range of bytes. */
     [GA_CODEC_1BIT_SCALED] =
-        GA_ROW("1bit_scaled", q1bit_scaled, true, true, UINT64_MAX, validate_nothing, size_1bit_scaled),
-    [GA_CODEC_TOPK] = GA_ROW("topk", topk, true, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk),
+        GA_ROW("1bit_scaled", q1bit_scaled, true, true, false, UINT64_MAX, validate_nothing, size_1bit_scaled),
+    [GA_CODEC_TOPK] = GA_ROW("topk", topk, true, false, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk),
 };
 
 static const ga_codec_row *row_of(ga_codec_id codec)
@@ -126,6 +127,12 @@ bool ga_codec_fixed_size(ga_codec_id codec)
     return row && row->fixed_size;
 }
 
+bool ga_codec_in_order(ga_codec_id codec)
+{
+    const ga_codec_row *row = row_of(codec);
+    return row && row->in_order;
+}
+
 ga_status ga_codec_params_validate(ga_codec_id codec, const ga_codec_params *params)
 {
     const ga_codec_row *row = row_of(codec);
@@ -142,6 +149,19 @@ ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params
     if ((uint64_t)n > row->max_elements || n > SIZE_MAX / 8) return GA_E_TOO_LARGE;
     if (!bytes) return GA_E_INVAL;
     *bytes = row->encoded_size(params, n);
+    return GA_OK;
+}
+
+ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t lo, size_t m,
+                                 size_t *off, size_t *len)
+{
+    size_t total;
+    GA_CHECK(ga_codec_encoded_size(codec, params, n, &total));
+    const ga_codec_row *row = row_of(codec);
+    if (!row->in_order || !off || !len) return GA_E_INVAL;
+    if (lo % GA_CODEC_RANGE_ALIGN != 0 || lo > n || m > n - lo) return GA_E_INVAL;
+    *off = row->encoded_size(params, lo);
+    *len = row->encoded_size(params, m);
     return GA_OK;
 }
 

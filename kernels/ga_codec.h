@@ -75,6 +75,9 @@ ga_status ga_codec_from_name(const char *name, ga_codec_id *out);
 bool ga_codec_has_residual(ga_codec_id codec);
 /* True when the payload size depends only on n (every codec but topk). */
 bool ga_codec_fixed_size(ga_codec_id codec);
+/* True when a payload carries every element in order at a fixed size, so that a range of
+ * elements is a range of bytes (ga_codec_payload_range): none, fp16, bf16, 2bit, 1bit. */
+bool ga_codec_in_order(ga_codec_id codec);
 
 /* Checks the fields the codec reads: GA_E_CODEC, GA_E_THRESHOLD, GA_E_RATIO or GA_E_INVAL. */
 ga_status ga_codec_params_validate(ga_codec_id codec, const ga_codec_params *params);
@@ -82,6 +85,18 @@ ga_status ga_codec_params_validate(ga_codec_id codec, const ga_codec_params *par
 /* Bytes of a payload of n elements: exact for fixed-size codecs, the most an encode can
  * produce for topk. GA_E_TOO_LARGE when n exceeds the codec's limit. */
 ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t *bytes);
+
+/* Where every range of ga_codec_payload_range starts: a multiple of every codec's block. */
+#define GA_CODEC_RANGE_ALIGN 1024u
+
+/* The bytes of a payload of n elements that carry elements [lo, lo + m): *off from the payload's
+ * start, *len long; decoding them as a payload of m elements gives exactly those elements. For
+ * the codecs that carry every element in order (ga_codec_in_order), with lo a multiple of
+ * GA_CODEC_RANGE_ALIGN and lo + m <= n. Errors: parameter errors, GA_E_TOO_LARGE, and GA_E_INVAL
+ * for the other codecs (1bit_scaled keeps its scales apart; a top-k pair goes where its index
+ * says) or a range outside these rules. */
+ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t lo, size_t m,
+                                 size_t *off, size_t *len);
 
 /* Encodes n gradients into out (capacity `cap` bytes) and writes the payload length.
  * Codecs with a residual first add grad into residual (error feedback), encode the sum and

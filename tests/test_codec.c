@@ -554,6 +554,49 @@ static void test_encoded_size(void **state)
     }
 }
 
+/* A range of an in-order codec's payload decodes to exactly that range of the whole decode (the
+ * oracle's), for random payloads with stray bits past n; the codecs that keep their elements
+ * elsewhere, unaligned starts and ranges past n are refused. */
+static void test_payload_range(void **state)
+{
+    (void)state;
+    enum { N = 5 * GA_CODEC_RANGE_ALIGN + 37 };
+    static const size_t starts[] = {0, GA_CODEC_RANGE_ALIGN, 3 * GA_CODEC_RANGE_ALIGN};
+    for (size_t c = 0; c < N_CODECS; c++) {
+        ga_codec_id codec = codecs[c];
+        ga_codec_params p = params_for(codec, 0.5f);
+        size_t bytes = oracle_encoded_size(codec, N), off = 0, len = 0;
+        if (!ga_codec_in_order(codec)) {
+            assert_int_equal(codec, GA_CODEC_1BIT_SCALED);
+            assert_int_equal(ga_codec_payload_range(codec, &p, N, 0, N, &off, &len), GA_E_INVAL);
+            continue;
+        }
+        uint8_t *payload = xalloc(bytes);
+        random_payload(codec, N, 40 + c, payload);
+        float *want = xalloc(N * sizeof(float)), *got = xalloc(N * sizeof(float));
+        memset(want, 0, N * sizeof(float));
+        assert_int_equal(oracle_decode_add(codec, 0.5f, payload, bytes, N, want), GA_OK);
+        for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+            size_t lo = starts[s], m = N - lo - (s == 1 ? GA_CODEC_RANGE_ALIGN : 0); /* one ends before n */
+            assert_int_equal(ga_codec_payload_range(codec, &p, N, lo, m, &off, &len), GA_OK);
+            assert_true(off + len <= bytes);
+            memset(got, 0, m * sizeof(float));
+            const ga_exec cpu = GA_EXEC_CPU_INIT;
+            assert_int_equal(ga_codec_decode_add(&cpu, codec, &p, payload + off, len, m, got), GA_OK);
+            assert_same_bytes(got, want + lo, m * sizeof(float), "%s elements [%zu, %zu) of %d", ga_codec_name(codec),
+                              lo, lo + m, N);
+        }
+        assert_int_equal(ga_codec_payload_range(codec, &p, N, 16, 32, &off, &len), GA_E_INVAL);
+        assert_int_equal(ga_codec_payload_range(codec, &p, N, GA_CODEC_RANGE_ALIGN, N, &off, &len), GA_E_INVAL);
+        assert_int_equal(ga_codec_payload_range(codec, &p, N, 2 * N, 0, &off, &len), GA_E_INVAL);
+        ga_free(payload), ga_free(want), ga_free(got);
+    }
+    ga_codec_params topk = ga_codec_params_default(GA_CODEC_TOPK);
+    size_t off, len;
+    assert_false(ga_codec_in_order(GA_CODEC_TOPK));
+    assert_int_equal(ga_codec_payload_range(GA_CODEC_TOPK, &topk, 4096, 0, 1024, &off, &len), GA_E_INVAL);
+}
+
 /* ---- group fixtures: the tests leave the accounted allocator where they found it ---- */
 
 int main(void)
@@ -574,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_bf16_sweep),
         cmocka_unit_test(test_dense_streaming),
         cmocka_unit_test(test_encoded_size),
+        cmocka_unit_test(test_payload_range),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
