@@ -43,6 +43,11 @@ uint64_t ga_mem_peak(ga_mem_domain domain)
     return domain < GA_MEM_DOMAINS ? atomic_load(&mem_peak[domain]) : 0;
 }
 
+void ga_mem_peak_reset(ga_mem_domain domain)
+{
+    if (domain < GA_MEM_DOMAINS) atomic_store(&mem_peak[domain], atomic_load(&mem_in_use[domain]));
+}
+
 void *ga_malloc(size_t bytes)
 {
     if (bytes > SIZE_MAX - 2 * GA_ALLOC_ALIGN) return NULL;

@@ -49,6 +49,9 @@ ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t b
 /* Bytes currently allocated, and the high-water mark, in one domain. */
 uint64_t ga_mem_in_use(ga_mem_domain domain);
 uint64_t ga_mem_peak(ga_mem_domain domain);
+/* Restarts one domain's high-water mark at its current use, so that a test or a benchmark reads
+ * the peak of one phase. */
+void ga_mem_peak_reset(ga_mem_domain domain);
 
 /* Accounting hooks for the CUDA allocator file; not for other callers. */
 void ga_mem_account_add(ga_mem_domain domain, uint64_t bytes);

@@ -145,7 +145,8 @@ static ga_status check_config(const ga_store_config *cfg)
 {
     GA_CHECK(check_optim(cfg));
     GA_CHECK(ga_codec_params_validate(cfg->pull_codec, &cfg->pull_params));
-    if (cfg->threads < 0 || cfg->piece_elems == 0 || cfg->piece_elems % GA_STORE_PIECE_ALIGN != 0)
+    if (cfg->threads < 0 || cfg->piece_elems == 0 || cfg->piece_elems % GA_STORE_PIECE_ALIGN != 0 ||
+        cfg->block_elems % GA_STORE_PIECE_ALIGN != 0)
         return GA_E_CONFIG;
     size_t bytes;
     if (ga_codec_encoded_size(cfg->pull_codec, &cfg->pull_params, cfg->piece_elems, &bytes) != GA_OK)
@@ -182,10 +183,6 @@ void ga_store_destroy(ga_store *s)
     (void)ga_exec_sync(&s->ex); /* nothing queued may outlive its buffers */
     for (uint32_t i = 0; i < s->count; i++) tensor_free(s, &s->tensors[i]);
     ga_store_mem_put(s, GA_STORE_MEM_HOST, s->tensors, s->cap * sizeof *s->tensors);
-    size_t scratch = s->scratch_elems * sizeof(float);
-    ga_store_mem_put(s, s->compute, s->delta, scratch);
-    ga_store_mem_put(s, s->compute, s->residual, scratch);
-    ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
     ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
@@ -232,46 +229,16 @@ static ga_status zeros_get(ga_store *s, size_t elems, float **out)
     return GA_OK;
 }
 
-/* Grows the pull scratch and the device zeros for a tensor of n elements: all of it or none. */
-static ga_status grow_scratch(ga_store *s, size_t n)
+/* CUDA: grows the device zeros for a tensor of n elements. */
+static ga_status grow_zeros(ga_store *s, size_t n)
 {
-    bool deltas = s->cfg.pull_codec != GA_CODEC_NONE;
-    size_t elems = n < s->cfg.piece_elems ? n : s->cfg.piece_elems;
     size_t zero = s->compute == GA_STORE_MEM_DEVICE ? (n < ZERO_MAX_ELEMS ? n : ZERO_MAX_ELEMS) : 0;
-    bool more_scratch = deltas && elems > s->scratch_elems, more_zeros = zero > s->zero_elems;
-    if (!more_scratch && !more_zeros) return GA_OK;
-
-    float *delta = NULL, *residual = NULL, *zeros = NULL;
-    void *payload = NULL;
-    size_t payload_cap = 0;
-    ga_status rc = GA_OK;
-    if (more_scratch) {
-        GA_CHECK_GOTO(ga_codec_encoded_size(s->cfg.pull_codec, &s->cfg.pull_params, elems, &payload_cap), rc, fail);
-        GA_CHECK_GOTO(floats_get(s, true, elems, &delta), rc, fail);
-        GA_CHECK_GOTO(floats_get(s, ga_codec_has_residual(s->cfg.pull_codec), elems, &residual), rc, fail);
-        GA_CHECK_GOTO(ga_store_mem_get(s, s->compute, payload_cap, &payload), rc, fail);
-    }
-    if (more_zeros) GA_CHECK_GOTO(zeros_get(s, zero, &zeros), rc, fail);
-
-    if (more_scratch) {
-        size_t old = s->scratch_elems * sizeof(float);
-        ga_store_mem_put(s, s->compute, s->delta, old);
-        ga_store_mem_put(s, s->compute, s->residual, old);
-        ga_store_mem_put(s, s->compute, s->payload, s->payload_cap);
-        s->delta = delta, s->residual = residual, s->payload = payload;
-        s->scratch_elems = elems, s->payload_cap = payload_cap;
-    }
-    if (more_zeros) {
-        ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->zeros, s->zero_elems * sizeof(float));
-        s->zeros = zeros, s->zero_elems = zero;
-    }
+    if (zero <= s->zero_elems) return GA_OK;
+    float *zeros;
+    GA_CHECK(zeros_get(s, zero, &zeros));
+    ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->zeros, s->zero_elems * sizeof(float));
+    s->zeros = zeros, s->zero_elems = zero;
     return GA_OK;
-
-fail:
-    ga_store_mem_put(s, s->compute, delta, elems * sizeof(float));
-    ga_store_mem_put(s, s->compute, residual, elems * sizeof(float));
-    ga_store_mem_put(s, s->compute, payload, payload_cap);
-    return rc;
 }
 
 /* Fills a new tensor from its version-0 values (host, in full->data): params and the published
@@ -315,10 +282,10 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
     GA_CHECK_GOTO(zeroed_floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
     GA_CHECK_GOTO(zeroed_floats_get(s, adam, n, &t.state1), rc, fail);
     if (!t.published) GA_CHECK_GOTO(floats_get(s, deltas, n, &t.published), rc, fail);
-    /* A failure from here on may leave the record array or the scratch larger (counted in
+    /* A failure from here on may leave the record array or the device zeros larger (counted in
      * ga_store_bytes); no tensor, sum or publication changes. */
     GA_CHECK_GOTO(reserve(s), rc, fail);
-    GA_CHECK_GOTO(grow_scratch(s, n), rc, fail);
+    GA_CHECK_GOTO(grow_zeros(s, n), rc, fail);
     rc = tensor_init(s, &t, full);
     ga_status synced = ga_exec_sync(&s->ex);
     if (rc == GA_OK) rc = synced;

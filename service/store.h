@@ -26,10 +26,16 @@ typedef struct ga_store_config {
     ga_codec_id pull_codec;     /* GA_CODEC_NONE: fp32 pulls, no deltas */
     ga_codec_params pull_params;
     size_t piece_elems;         /* elements per pull piece; a multiple of GA_STORE_PIECE_ALIGN */
+    size_t block_elems;         /* most elements an apply steps at once (its gradient block); a
+                                 * multiple of GA_STORE_PIECE_ALIGN; 0 = GA_STORE_BLOCK_ELEMS */
 } ga_store_config;
 
 /* Pieces (and so compressed-delta payloads) start on multiples of this: every codec's block. */
-#define GA_STORE_PIECE_ALIGN 1024u
+#define GA_STORE_PIECE_ALIGN GA_CODEC_RANGE_ALIGN
+/* The default gradient block: 4 MiB of fp32, whatever the size of the chunks held. A held chunk
+ * whose codec does not carry its elements in order (1bit_scaled, top-k) is decoded whole, into a
+ * block of its size. */
+#define GA_STORE_BLOCK_ELEMS ((size_t)1 << 20)
 
 /* One tensor's published version: what every pull of it streams. Pieces cover [0, n) in order;
  * piece i is elements [i * piece_elems, min(n, (i + 1) * piece_elems)). */

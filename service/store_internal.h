@@ -56,13 +56,6 @@ struct ga_store {
     uint64_t version; /* publications since version 0, i.e. applies */
     uint64_t bytes;   /* everything held, host and device (ga_store_bytes) */
 
-    /* Pull-delta scratch, sized for the largest piece of any tensor so far (pull codec only). */
-    float *delta;    /* params - published of one piece */
-    float *residual; /* the encoder's residual, zeroed for every piece */
-    size_t scratch_elems;
-    void *payload;   /* one encoded piece (4-byte aligned, as the codecs need) */
-    size_t payload_cap;
-
     /* CUDA: a block of device zeros that clears sums and residuals by copies (no memset kernel),
      * sized min(largest tensor, ZERO_MAX_ELEMS). */
     float *zeros;

@@ -47,9 +47,6 @@ nomem:
     return GA_E_NOMEM;
 }
 
-/* Elements of a gradient block for the ranges no held chunk covers (zero gradients). */
-#define GAP_BLOCK_ELEMS ((size_t)1 << 20)
-
 /* grad (len elements, scratch) -> mean -> optimizer on elements [lo, lo + len) of tensor t.
  * Every kernel is element-wise, so a tensor stepped range by range gets the bits it would get
  * in one call. */
@@ -70,14 +67,25 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
 /* What every tensor's step needs, allocated before the first value changes, so that on the CPU
  * (where every kernel argument is checked) nothing can fail once the math started; freed when
  * the apply ends, so a store between steps holds none of it (a server with many jobs, or lanes,
- * would otherwise keep one block per job). */
+ * would otherwise keep one set per job). Compute memory but `by`. */
 typedef struct apply_scratch {
     ga_store_held **by; /* room for the most held chunks of any tensor */
-    float *grad;        /* the gradient of one range (compute memory) */
+    float *grad;        /* the gradient of one block */
     size_t grad_elems;
-    float *sum;         /* a whole-tensor sum (compute memory), for partly overlapping ranges */
+    float *sum;         /* a whole-tensor sum, for partly overlapping ranges */
     size_t sum_elems;
+    /* Pull codec only, for one piece: */
+    float *delta;       /* params - published */
+    float *residual;    /* the encoder's residual, zeroed for every piece (codecs with one) */
+    size_t piece_elems;
+    void *payload;      /* the encoded piece (4-byte aligned, as the codecs need) */
+    size_t payload_cap;
 } apply_scratch;
+
+static size_t block_elems(const ga_store *s)
+{
+    return s->cfg.block_elems ? s->cfg.block_elems : GA_STORE_BLOCK_ELEMS;
+}
 
 /* Elements [lo, hi) with zero gradients, block by block. */
 static ga_status step_gap(ga_store *s, ga_store_tensor *t, size_t lo, size_t hi, float scale, const apply_scratch *x)
@@ -99,7 +107,8 @@ static int held_order(const void *x, const void *y)
 }
 
 /* The held chunks sorted by range (arrival order within one); true when any two ranges are equal
- * or disjoint, so each range's gradient is the sum of whole chunks. */
+ * or disjoint, so each range's gradient is the sum of whole chunks (by[i..range_end) for the
+ * range starting at by[i]). */
 static bool held_ranges(const ga_store_tensor *t, ga_store_held **by)
 {
     for (size_t i = 0; i < t->nheld; i++) by[i] = &t->held[i];
@@ -112,19 +121,64 @@ static bool held_ranges(const ga_store_tensor *t, ga_store_held **by)
     return true;
 }
 
+static size_t range_end(const ga_store_tensor *t, ga_store_held *const *by, size_t i)
+{
+    size_t end = i + 1;
+    while (end < t->nheld && by[end]->offset == by[i]->offset) end++;
+    return end;
+}
+
+/* The block one range (by[i..end)) is stepped in: the store's block where every chunk's codec
+ * carries its elements in order (each block decodes a slice of every payload), else the whole
+ * range (1bit_scaled, top-k). */
+static size_t range_block(const ga_store *s, ga_store_held *const *by, size_t i, size_t end)
+{
+    size_t len = by[i]->count, block = block_elems(s);
+    for (size_t k = i; k < end; k++)
+        if (!ga_codec_in_order(by[k]->codec)) return len;
+    return len < block ? len : block;
+}
+
 /* The gradient block a tensor's step needs (0: none), with its held chunks sorted into `by`;
  * *whole is set when the held ranges overlap partly and the step needs a whole-tensor sum. */
-static size_t grad_need(const ga_store_tensor *t, ga_store_held **by, bool *whole)
+static size_t grad_need(const ga_store *s, const ga_store_tensor *t, ga_store_held **by, bool *whole)
 {
-    size_t gap = GAP_BLOCK_ELEMS < t->n ? GAP_BLOCK_ELEMS : t->n, most = gap;
+    size_t gap = block_elems(s) < t->n ? block_elems(s) : t->n, most = gap;
     *whole = false;
     if (t->nheld == 0) return t->sum ? 0 : gap;
     if (!held_ranges(t, by)) {
         *whole = true;
         return 0;
     }
-    for (size_t i = 0; i < t->nheld; i++) most = by[i]->count > most ? by[i]->count : most;
+    for (size_t i = 0, end; i < t->nheld; i = end) {
+        end = range_end(t, by, i);
+        size_t need = range_block(s, by, i, end);
+        most = need > most ? need : most;
+    }
     return most;
+}
+
+/* The pull scratch for the largest piece of any tensor (pull codec only). */
+static ga_status pull_scratch_get(ga_store *s, apply_scratch *x)
+{
+    ga_codec_id codec = s->cfg.pull_codec;
+    size_t elems = 0;
+    if (codec == GA_CODEC_NONE) return GA_OK;
+    for (uint32_t i = 0; i < s->count; i++) elems = s->tensors[i].n > elems ? s->tensors[i].n : elems;
+    elems = elems < s->cfg.piece_elems ? elems : s->cfg.piece_elems;
+    if (elems == 0) return GA_OK;
+    size_t cap;
+    void *d = NULL, *r = NULL, *p = NULL;
+    GA_CHECK(ga_codec_encoded_size(codec, &s->cfg.pull_params, elems, &cap));
+    GA_CHECK(ga_store_mem_get(s, s->compute, elems * sizeof(float), &d));
+    x->delta = d, x->piece_elems = elems;
+    if (ga_codec_has_residual(codec)) {
+        GA_CHECK(ga_store_mem_get(s, s->compute, elems * sizeof(float), &r));
+        x->residual = r;
+    }
+    GA_CHECK(ga_store_mem_get(s, s->compute, cap, &p));
+    x->payload = p, x->payload_cap = cap;
+    return GA_OK;
 }
 
 static ga_status scratch_get(ga_store *s, apply_scratch *x)
@@ -137,7 +191,7 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
     if (!x->by) return GA_E_NOMEM;
     for (uint32_t i = 0; i < s->count; i++) {
         bool whole;
-        size_t need = grad_need(&s->tensors[i], x->by, &whole);
+        size_t need = grad_need(s, &s->tensors[i], x->by, &whole);
         grad = need > grad ? need : grad;
         if (whole && s->tensors[i].n > sum) sum = s->tensors[i].n;
     }
@@ -148,6 +202,7 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
     if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
     x->sum = p;
     x->sum_elems = p ? sum : 0;
+    if (rc == GA_OK) rc = pull_scratch_get(s, x);
     return rc; /* on an error the caller's scratch_put frees what was made */
 }
 
@@ -157,7 +212,30 @@ static void scratch_put(ga_store *s, apply_scratch *x)
     ga_free(x->by);
     ga_store_mem_put(s, s->compute, x->grad, x->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
+    ga_store_mem_put(s, s->compute, x->delta, x->piece_elems * sizeof(float));
+    ga_store_mem_put(s, s->compute, x->residual, x->piece_elems * sizeof(float));
+    ga_store_mem_put(s, s->compute, x->payload, x->payload_cap);
     memset(x, 0, sizeof *x);
+}
+
+/* One range's chunks (by[0..count), equal ranges, in arrival order) block by block: each block's
+ * slice of every payload added into the gradient block, then the optimizer on it. */
+static ga_status step_chunks(ga_store *s, ga_store_tensor *t, ga_store_held *const *by, size_t count, size_t block,
+                             float scale, const apply_scratch *x)
+{
+    size_t lo = by[0]->offset, len = by[0]->count;
+    for (size_t at = 0; at < len; at += block) {
+        size_t m = len - at < block ? len - at : block;
+        GA_CHECK(ga_store_zero(s, x->grad, m));
+        for (size_t k = 0; k < count; k++) {
+            const ga_store_held *h = by[k];
+            size_t off = 0, bytes = h->len;
+            if (m < len) GA_CHECK(ga_codec_payload_range(h->codec, &h->params, len, at, m, &off, &bytes));
+            GA_CHECK(ga_store_decode_add(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad));
+        }
+        GA_CHECK(step_range(s, t, lo + at, m, x->grad, scale));
+    }
+    return GA_OK;
 }
 
 /* Sum of the held chunks range by range (each into the block, in arrival order), then the
@@ -167,7 +245,7 @@ static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale, apply_s
 {
     ga_store_held **by = x->by;
     bool whole;
-    size_t most = grad_need(t, by, &whole);
+    size_t most = grad_need(s, t, by, &whole);
     if (whole) {
         float *sum = x->sum;
         ga_status rc = ga_store_zero(s, sum, t->n);
@@ -181,14 +259,11 @@ static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale, apply_s
     if (most > x->grad_elems) return GA_E_INVAL; /* scratch_get sized it: a bug, never silent */
     ga_status rc = GA_OK;
     size_t pos = 0;
-    for (size_t i = 0; i < t->nheld && rc == GA_OK;) {
-        size_t lo = by[i]->offset, len = by[i]->count;
-        rc = step_gap(s, t, pos, lo, scale, x);
-        if (rc == GA_OK) rc = ga_store_zero(s, x->grad, len);
-        for (; i < t->nheld && by[i]->offset == lo && rc == GA_OK; i++)
-            rc = ga_store_decode_add(s, by[i]->codec, &by[i]->params, by[i]->data, by[i]->len, len, x->grad);
-        if (rc == GA_OK) rc = step_range(s, t, lo, len, x->grad, scale);
-        pos = lo + len;
+    for (size_t i = 0, end; i < t->nheld && rc == GA_OK; i = end) {
+        end = range_end(t, by, i);
+        rc = step_gap(s, t, pos, by[i]->offset, scale, x);
+        if (rc == GA_OK) rc = step_chunks(s, t, by + i, end - i, range_block(s, by, i, end), scale, x);
+        pos = by[i]->offset + by[i]->count;
     }
     if (rc == GA_OK) rc = step_gap(s, t, pos, t->n, scale, x);
     return rc;
@@ -227,21 +302,21 @@ static bool delta_unsendable(ga_status rc)
  * difference and is sent in a later version (server-side error feedback). Payloads are packed
  * back to back (top-k lengths vary, so a piece may start at any byte); each is encoded into the
  * aligned scratch, decoded from there, then copied into the blob. */
-static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pub)
+static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pub, const apply_scratch *x)
 {
     ga_codec_id codec = s->cfg.pull_codec;
     ga_codec_params p = s->cfg.pull_params;
     /* A different top-k sample every version (DGC): version v encodes with pull_params.seed + v.
      * Decoding does not read the seed, so a chunk may carry the configured one. */
     p.seed = s->cfg.pull_params.seed + s->version;
-    float *residual = ga_codec_has_residual(codec) ? s->residual : NULL;
+    float *residual = x->residual;
     size_t pe = s->cfg.piece_elems, off = 0;
     pub->delta_off[0] = 0;
     for (size_t i = 0; i < pub->npieces; i++) {
         size_t lo = i * pe, len = t->n - lo < pe ? t->n - lo : pe, plen = 0;
-        GA_CHECK(ga_reduce_sub(&s->ex, s->delta, t->params + lo, t->published + lo, len));
+        GA_CHECK(ga_reduce_sub(&s->ex, x->delta, t->params + lo, t->published + lo, len));
         if (residual) GA_CHECK(ga_store_zero(s, residual, len));
-        ga_status rc = ga_codec_encode(&s->ex, codec, &p, s->delta, residual, len, s->payload, s->payload_cap, &plen);
+        ga_status rc = ga_codec_encode(&s->ex, codec, &p, x->delta, residual, len, x->payload, x->payload_cap, &plen);
         if (delta_unsendable(rc)) {
             GA_CHECK(ga_exec_sync(&s->ex)); /* no copy into the blob may still be queued */
             ga_blob_unref(pub->delta);
@@ -250,8 +325,8 @@ static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pu
             return ga_device_copy(&s->ex, t->published, t->params, t->n * sizeof(float));
         }
         GA_CHECK(rc);
-        GA_CHECK(ga_codec_decode_add(&s->ex, codec, &p, s->payload, plen, len, t->published + lo));
-        GA_CHECK(ga_device_copy(&s->ex, pub->delta->data + off, s->payload, plen));
+        GA_CHECK(ga_codec_decode_add(&s->ex, codec, &p, x->payload, plen, len, t->published + lo));
+        GA_CHECK(ga_device_copy(&s->ex, pub->delta->data + off, x->payload, plen));
         off += plen;
         pub->delta_off[i + 1] = off;
     }
@@ -273,11 +348,11 @@ static void rebase(ga_store_tensor *t, ga_published *pub)
     t->pub = ga_blob_ref(pub->full);
 }
 
-static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *pub)
+static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *pub, const apply_scratch *x)
 {
     const float *src = t->params;
     if (s->cfg.pull_codec != GA_CODEC_NONE) {
-        GA_CHECK(publish_delta(s, t, pub));
+        GA_CHECK(publish_delta(s, t, pub, x));
         src = t->published;
     }
     if (t->pub) return GA_OK; /* the values are already in pub->full (rebase, or in place) */
@@ -321,7 +396,7 @@ static ga_status apply(ga_store *s, uint32_t contributors, ga_published *out, bo
         ga_store_tensor *t = &s->tensors[i];
         if (t->pub && pubs[i].full != t->pub) rebase(t, &pubs[i]);
         rc = step_tensor(s, t, scale, &x);
-        if (rc == GA_OK) rc = publish_tensor(s, t, &pubs[i]);
+        if (rc == GA_OK) rc = publish_tensor(s, t, &pubs[i], &x);
     }
     ga_status synced = ga_exec_sync(&s->ex); /* the blobs are read by other threads once returned */
     if (rc == GA_OK) rc = synced;

@@ -467,6 +467,9 @@ static void config_errors(void **state)
     bad.adam.eps = 1e-8f, bad.adam.lr = 3e38f; /* step_size overflows at t = 1 */
     assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
     bad = cfg;
+    bad.block_elems = 1000; /* not a multiple of every codec's block */
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad = cfg;
     bad.optim = (ga_optim_kind)9;
     assert_int_equal(ga_store_create(&bad, &s), GA_E_OPTIM);
 
@@ -722,7 +725,7 @@ static void publications_outlive_the_store(void **state)
 static void expect_same_pub(const ga_published *got, const ga_published *want, size_t n, const char *name, int step)
 {
     if (memcmp(got->full->data, want->full->data, n * sizeof(float)) != 0)
-        fail_msg("%s step %d: in place full values differ from the copying apply", name, step);
+        fail_msg("%s step %d: the full values differ", name, step);
     assert_int_equal(got->npieces, want->npieces);
     assert_int_equal(got->delta == NULL, want->delta == NULL);
     if (!want->delta) return;
@@ -807,6 +810,130 @@ static void pulled_blob_is_never_rewritten(void **state)
     for (size_t i = 0; i < nscenarios; i++) run_in_place(&scenarios[i], 1u << 2 | 1u << 3);
 }
 
+/* ---- the apply's gradient block ---- */
+
+/* A payload of n gradients (seeded) in `codec`, with the parameters it was encoded with. */
+static uint8_t *encoded(ga_codec_id codec, size_t n, uint64_t seed, ga_codec_params *p, size_t *len)
+{
+    *p = ga_codec_params_default(codec);
+    if (codec == GA_CODEC_2BIT) p->threshold = 0.25f;
+    if (codec == GA_CODEC_TOPK) p->ratio = 0.05f;
+    size_t cap;
+    assert_int_equal(ga_codec_encoded_size(codec, p, n, &cap), GA_OK);
+    float *g = floats0(n), *r = floats0(n);
+    scenario_fill(g, n, seed, 1.0f);
+    uint8_t *out = ga_malloc(cap);
+    assert_non_null(out);
+    const ga_exec cpu = GA_EXEC_CPU_INIT;
+    float *res = ga_codec_has_residual(codec) ? r : NULL;
+    assert_int_equal(ga_codec_encode(&cpu, codec, p, g, res, n, out, cap, len), GA_OK);
+    ga_free(g), ga_free(r);
+    return out;
+}
+
+/* Held chunks longer than the block are stepped block by block, each block decoding its slice of
+ * every payload: the same bytes as one pass over each range (the default block holds them all),
+ * for every codec that carries its elements in order, next to ranges decoded whole (1bit_scaled,
+ * top-k) and a gap no chunk covers; with fp32 and with 2bit pulls. */
+static void blocks_match_one_pass(void **state)
+{
+    (void)state;
+    enum { N = 12000, W = 3, STEPS = 3 };
+    static const struct {
+        size_t lo, n;
+        ga_codec_id codec[W];
+    } ranges[] = {
+        {0, 4500, {GA_CODEC_2BIT, GA_CODEC_FP16, GA_CODEC_1BIT}}, /* 4 blocks and a tail */
+        {4500, 3000, {GA_CODEC_2BIT, GA_CODEC_NONE, GA_CODEC_BF16}},
+        {7500, 2500, {GA_CODEC_2BIT, GA_CODEC_1BIT_SCALED, GA_CODEC_2BIT}},
+        {10000, 1500, {GA_CODEC_TOPK, GA_CODEC_2BIT, GA_CODEC_TOPK}},
+    }; /* [11500, N): no chunk */
+    for (int pulls = 0; pulls < 2; pulls++) {
+        ga_store_config cfg = plain_config();
+        cfg.mean = true, cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
+        if (pulls) cfg.pull_codec = GA_CODEC_2BIT, cfg.pull_params.threshold = 0.004f;
+        ga_store *blocks, *one_pass;
+        cfg.block_elems = 1024;
+        assert_int_equal(ga_store_create(&cfg, &blocks), GA_OK);
+        cfg.block_elems = 0;
+        assert_int_equal(ga_store_create(&cfg, &one_pass), GA_OK);
+        float *init = floats0(N);
+        scenario_fill(init, N, 11, 1.0f);
+        uint32_t index;
+        ga_published pb, po;
+        assert_int_equal(ga_store_add_tensor(blocks, N, init, &index, &pb), GA_OK);
+        assert_int_equal(ga_store_add_tensor(one_pass, N, init, &index, &po), GA_OK);
+        ga_published_clear(&pb), ga_published_clear(&po), ga_free(init);
+        for (int step = 1; step <= STEPS; step++) {
+            for (uint32_t w = 0; w < W; w++)
+                for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+                    ga_codec_params p;
+                    size_t len;
+                    uint8_t *payload = encoded(ranges[r].codec[w], ranges[r].n, (uint64_t)step << 8 | w << 4 | r, &p, &len);
+                    assert_int_equal(ga_store_accumulate(blocks, 0, ranges[r].lo, ranges[r].n, ranges[r].codec[w], &p,
+                                                         payload, len),
+                                     GA_OK);
+                    assert_int_equal(ga_store_accumulate(one_pass, 0, ranges[r].lo, ranges[r].n, ranges[r].codec[w],
+                                                         &p, payload, len),
+                                     GA_OK);
+                    ga_free(payload);
+                }
+            assert_int_equal(ga_store_apply(blocks, W, &pb), GA_OK);
+            assert_int_equal(ga_store_apply(one_pass, W, &po), GA_OK);
+            expect_same_pub(&pb, &po, N, pulls ? "blocks, 2bit pulls" : "blocks, fp32 pulls", step);
+            ga_published_clear(&pb), ga_published_clear(&po);
+        }
+        ga_store_destroy(blocks);
+        ga_store_destroy(one_pass);
+    }
+}
+
+/* The apply's scratch is one gradient block and one pull piece, whatever the length of the
+ * chunks held (here 2bit chunks over a whole tensor of 64 blocks), and a store between steps
+ * keeps none of it. */
+static void apply_scratch_is_one_block(void **state)
+{
+    (void)state;
+    enum { BLOCK = 1024, N = 64 * BLOCK };
+    ga_store_config cfg = plain_config();
+    cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
+    cfg.pull_codec = GA_CODEC_2BIT, cfg.pull_params.threshold = 0.004f;
+    cfg.block_elems = BLOCK;
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, NULL, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    ga_codec_params p;
+    size_t len, piece_payload, delta_payload;
+    uint8_t *payload = encoded(GA_CODEC_2BIT, N, 7, &p, &len);
+    assert_int_equal(ga_codec_encoded_size(GA_CODEC_2BIT, &cfg.pull_params, cfg.piece_elems, &piece_payload), GA_OK);
+    assert_int_equal(ga_codec_encoded_size(GA_CODEC_2BIT, &cfg.pull_params, N, &delta_payload), GA_OK);
+    /* The gradient block, the piece's delta and residual and its payload, the new delta blob;
+     * 4 KiB for the small arrays (the sorted chunks, the publications, the piece offsets). */
+    uint64_t scratch = BLOCK * sizeof(float) + 2 * cfg.piece_elems * sizeof(float) + piece_payload +
+                       ga_blob_footprint(delta_payload) + 4096;
+    for (int step = 0; step < 2; step++) {
+        /* params, the published copy, momentum; 2 KiB of records (the store, its tensor
+         * array, the blob's header, the held-chunk array) */
+        assert_true(ga_store_bytes(s) <= 3 * N * sizeof(float) + 2048);
+        for (int rank = 0; rank < 2; rank++)
+            assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_2BIT, &p, payload, len), GA_OK);
+        uint64_t before = ga_mem_in_use(GA_MEM_HOST);
+        ga_mem_peak_reset(GA_MEM_HOST);
+        assert_int_equal(ga_store_apply_in_place(s, 2, &pub), GA_OK);
+        uint64_t peak = ga_mem_peak(GA_MEM_HOST) - before;
+        if (peak > scratch)
+            fail_msg("step %d: the apply took %llu bytes at its peak, more than %llu", step, (unsigned long long)peak,
+                     (unsigned long long)scratch);
+        assert_non_null(pub.delta);
+        ga_published_clear(&pub);
+    }
+    ga_free(payload);
+    ga_store_destroy(s);
+}
+
 int main(void)
 {
     test_memory_baseline();
@@ -824,6 +951,8 @@ int main(void)
         cmocka_unit_test(publications_outlive_the_store),
         cmocka_unit_test(in_place_matches_copying),
         cmocka_unit_test(pulled_blob_is_never_rewritten),
+        cmocka_unit_test(blocks_match_one_pass),
+        cmocka_unit_test(apply_scratch_is_one_block),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
