@@ -55,6 +55,9 @@ static const row rows[GA_CFG_KEYS] = {
                                 "where parameters, sums and optimizer state live"),
     [GA_CFG_THREADS] = ROW_U32("threads", "GRADAGG_THREADS", threads, "0", 0, 4096,
                                "OpenMP threads for the math; 0 = all cores"),
+    [GA_CFG_MATH_TASKS] = ROW_U32("math-tasks", "GRADAGG_MATH_TASKS", math_tasks, "2", 1, 1024,
+                                  "jobs whose math (decode, sum, optimizer) runs at once, each on --threads "
+                                  "threads: the size of libuv's thread pool, for the whole process"),
     [GA_CFG_CQ_THREADS] = ROW_U32("cq-threads", "GRADAGG_CQ_THREADS", cq_threads, "2", 1, 64,
                                   "gRPC completion-queue threads"),
     [GA_CFG_MAX_MESSAGE_MB] = ROW_U32("max-message-mb", "GRADAGG_MAX_MESSAGE_MB", max_message_mb, "64", 1, 1024,

@@ -23,6 +23,7 @@ typedef enum ga_config_key {
     GA_CFG_LISTEN,
     GA_CFG_BACKEND,
     GA_CFG_THREADS,
+    GA_CFG_MATH_TASKS,
     GA_CFG_CQ_THREADS,
     GA_CFG_MAX_MESSAGE_MB,
     GA_CFG_MAX_STREAM_MB,
@@ -58,6 +59,7 @@ typedef struct ga_config {
     char listen[GA_CONFIG_LISTEN_MAX]; /* host:port, [v6]:port; port 0 = any free port */
     ga_backend backend;
     uint32_t threads;                  /* OpenMP threads for the math; 0 = all */
+    uint32_t math_tasks;               /* jobs' math tasks at once: libuv's thread pool (main.c) */
     uint32_t cq_threads;               /* gRPC completion-queue threads */
     uint32_t max_message_mb;           /* per gRPC message, both directions */
     uint32_t max_stream_mb;            /* payload of one Push or InitTensors stream */

@@ -25,6 +25,17 @@ static void malloc_tune(void)
 #endif
 }
 
+/* The jobs' math tasks (service/task.h: one at a time per job) run on libuv's thread pool, whose
+ * size libuv reads from the environment once, at the first task of the process; set here, before
+ * any thread starts. Each task already spreads over --threads OpenMP threads, so more tasks at once
+ * than that mostly oversubscribes the cores, and every running apply holds its own scratch. */
+static void math_tasks_set(uint32_t tasks)
+{
+    char value[16];
+    snprintf(value, sizeof value, "%u", tasks);
+    setenv("UV_THREADPOOL_SIZE", value, 1);
+}
+
 int main(int argc, char **argv)
 {
     malloc_tune(); /* before any thread or allocation it should govern */
@@ -44,6 +55,7 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    math_tasks_set(cfg.math_tasks);
     ga_config_log(&cfg); /* always, whatever the level: the operator's record of this start */
     ga_log_set_level(cfg.log_level);
     cfg.install_signals = true;

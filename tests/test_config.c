@@ -61,6 +61,7 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.listen, "127.0.0.1:7070");
     assert_int_equal(cfg.backend, GA_BACKEND_CPU);
     assert_int_equal(cfg.threads, 0);
+    assert_int_equal(cfg.math_tasks, 2);
     assert_int_equal(cfg.cq_threads, 2);
     assert_int_equal(cfg.max_message_mb, 64);
     assert_int_equal(cfg.max_memory_mb, 16384);
@@ -269,6 +270,7 @@ static void test_help_lists_every_row(void **state)
         {"--listen", "GRADAGG_LISTEN", "127.0.0.1:7070"},
         {"--backend", "GRADAGG_BACKEND", "cpu|cuda"},
         {"--threads", "GRADAGG_THREADS", NULL},
+        {"--math-tasks", "GRADAGG_MATH_TASKS", NULL},
         {"--cq-threads", "GRADAGG_CQ_THREADS", NULL},
         {"--max-message-mb", "GRADAGG_MAX_MESSAGE_MB", NULL},
         {"--max-stream-mb", "GRADAGG_MAX_STREAM_MB", NULL},

@@ -38,8 +38,10 @@
 
 static char base_dir[64];
 static ga_test_server servers[NSERVERS];
+/* One math task at a time in each server, across its jobs (lanes are jobs): no task may wait on
+ * another job's. */
 static const char *const server_args[] = {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100",
-                                          NULL};
+                                          "--math-tasks=1", NULL};
 
 /* ---- the model ---- */
 
