@@ -155,7 +155,7 @@ ga_status ga_codec_encoded_size(ga_codec_id codec, const ga_codec_params *params
 ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *params, size_t n, size_t lo, size_t m,
                                  size_t *off, size_t *len)
 {
-    size_t total;
+    size_t total; /* the call checks the parameters and n */
     GA_CHECK(ga_codec_encoded_size(codec, params, n, &total));
     const ga_codec_row *row = row_of(codec);
     if (!row->in_order || !off || !len) return GA_E_INVAL;

@@ -27,8 +27,9 @@ static void malloc_tune(void)
 
 /* The jobs' math tasks (service/task.h: one at a time per job) run on libuv's thread pool, whose
  * size libuv reads from the environment once, at the first task of the process; set here, before
- * any thread starts. Each task already spreads over --threads OpenMP threads, so more tasks at once
- * than that mostly oversubscribes the cores, and every running apply holds its own scratch. */
+ * any thread starts. Each task already spreads over --threads OpenMP threads, so tasks beyond what
+ * the cores can run side by side only oversubscribe them, and every running apply holds its own
+ * scratch. */
 static void math_tasks_set(uint32_t tasks)
 {
     char value[16];

@@ -8,6 +8,7 @@
  * one shard and not the other is made good by the next; bad shard lists, async with several
  * shards and an unreachable shard are refused with the shard named. */
 #define _GNU_SOURCE /* mkdtemp */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,10 +39,15 @@
 
 static char base_dir[64];
 static ga_test_server servers[NSERVERS];
-/* One math task at a time in each server, across its jobs (lanes are jobs): no task may wait on
- * another job's. */
-static const char *const server_args[] = {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100",
-                                          "--math-tasks=1", NULL};
+/* Math tasks at once (--math-tasks) by server: one, where no task may wait on another job's (lanes
+ * are jobs), 17, and the default (2). */
+#define FEW_TASKS 1
+#define MANY_TASKS 17
+static const char *const server_args[NSERVERS][7] = {
+    {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100", "--math-tasks=1", NULL},
+    {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100", "--math-tasks=17", NULL},
+    {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100", NULL},
+};
 
 /* ---- the model ---- */
 
@@ -203,7 +209,7 @@ static void train(worker *wk, uint32_t nservers, uint32_t lanes, const char *job
             nanosleep(&ts, NULL);
         }
         ga_test_server_stop(&servers[kill_shard], SIGKILL);
-        ga_test_server_start(&servers[kill_shard], servers[kill_shard].port, server_args);
+        ga_test_server_start(&servers[kill_shard], servers[kill_shard].port, server_args[kill_shard]);
     }
     for (int r = 0; r < W; r++) pthread_join(wk[r].thread, NULL);
     for (int r = 0; r < W; r++)
@@ -287,7 +293,7 @@ static int start_servers(void **state)
     (void)state;
     for (int s = 0; s < NSERVERS; s++) {
         ga_test_fresh_dir(servers[s].dir, sizeof servers[s].dir, base_dir);
-        ga_test_server_start(&servers[s], 0, server_args);
+        ga_test_server_start(&servers[s], 0, server_args[s]);
     }
     return 0;
 }
@@ -321,6 +327,30 @@ static void shards_match_one_shard(void **state)
     assert_int_equal(expect_pieces(3, 1, "three", three), 3 * 3 + 5);
     workers_free(two);
     workers_free(three);
+}
+
+/* Threads of a process (its /proc/PID/task entries). */
+static int threads_of(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* --math-tasks sizes the thread pool the jobs' tasks run on (libuv starts all of its threads at
+ * the first task): after the same training, the server with 17 runs 16 threads more than the one
+ * with 1, give or take the few that gRPC and OpenMP add by load. */
+static void math_tasks_size_the_pool(void **state)
+{
+    (void)state;
+    int few = threads_of(servers[0].pid), many = threads_of(servers[1].pid);
+    if (many - few < (MANY_TASKS - FEW_TASKS) * 3 / 4)
+        fail_msg("--math-tasks %d: %d threads, --math-tasks %d: %d threads", MANY_TASKS, many, FEW_TASKS, few);
 }
 
 static void a_restarted_shard_goes_on_alone(void **state)
@@ -502,6 +532,7 @@ int main(void)
     test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shards_match_one_shard),
+        cmocka_unit_test(math_tasks_size_the_pool),
         cmocka_unit_test(a_restarted_shard_goes_on_alone),
         cmocka_unit_test(a_failed_shard_catches_up),
         cmocka_unit_test(lanes_match_one_shard),
