@@ -451,7 +451,6 @@ void ga_client_destroy(ga_client *c)
     ga_free(c->tensors);
     ga_free(c->scratch);
     ga_free(c->sample);
-    ga_device_free(c->dscratch);
     ga_cuda_stream_destroy(c->stream);
     ga_free(c->server);
     ga_free(c->job);

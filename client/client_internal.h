@@ -69,8 +69,10 @@ typedef struct ga_tensor {
 
 typedef struct ga_shard ga_shard;
 
-/* The turns the lanes of one address take in order within a step (ga_shard_turn_wait). */
-typedef enum ga_turn { GA_TURN_ENCODED, GA_TURN_SENT, GA_TURNS } ga_turn;
+/* The turns the lanes of one address take in order within a step (ga_shard_turn_wait): a lane
+ * encodes (ENCODED) and sends its push (SENT) after the lane just before it, and pushes only
+ * once the lane c->lane_window before it has pulled (PULLED). */
+typedef enum ga_turn { GA_TURN_ENCODED, GA_TURN_SENT, GA_TURN_PULLED, GA_TURNS } ga_turn;
 
 /* A task of ga_shards_run, on the shard's own thread: returns its status, a message in sh->err. */
 typedef ga_status (*ga_shard_fn)(ga_client *c, ga_shard *sh);
@@ -120,6 +122,7 @@ struct ga_client {
     char *server, *job;
     ga_shard *shards;      /* one per address of opt.server, in its order */
     uint32_t nshards;
+    uint32_t lane_window;  /* the lanes of one address between their push and their pull at once */
     /* The shard threads: a task generation, posted by ga_shards_run. */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -144,8 +147,6 @@ struct ga_client {
     size_t sample_n;
     ga_exec dex;           /* device tensors: CUDA on the client's own stream */
     void *stream;          /* owned (ga_cuda_stream_create), made by the first device tensor */
-    float *dscratch;       /* device: the finite check's output, one chunk */
-    size_t dscratch_n;
     bool device_stale;     /* a pull succeeded but its copy to the device buffers did not */
     char err[512];
 };
@@ -175,10 +176,11 @@ ga_status ga_shards_start(ga_client *c);
 /* Runs fn for every shard with sh->active (shard 0 on the caller), concurrently, and returns
  * when all are done; sh->st holds each status. The shards' figures go into c->stats. */
 void ga_shards_run(ga_client *c, ga_shard_fn fn);
-/* Lanes encode, and push, one after another: a shard of lane > 0 waits until the lane before it
- * on the same address has passed turn `t` in the current task generation (no wait when that
- * lane takes no part in it); ga_shard_turn_pass says a shard passed it (done, or failed), once
- * per generation. No-ops for a client with one shard. */
+/* Lanes encode, push and pull in turns: a shard waits until the lane before it on the same
+ * address (for GA_TURN_PULLED, the lane c->lane_window before it) has passed turn `t` in the
+ * current task generation (no wait when there is no such lane or it takes no part in it);
+ * ga_shard_turn_pass says a shard passed it (done, or failed), once per generation. No-ops for
+ * a client with one shard. */
 void ga_shard_turn_wait(ga_client *c, ga_shard *sh, ga_turn t);
 void ga_shard_turn_pass(ga_client *c, ga_shard *sh, ga_turn t);
 /* The first failed active shard's status (GA_OK when none), its message in c->err, prefixed with
@@ -241,8 +243,6 @@ void ga_client_device_tensor_free(ga_tensor *t);
 ga_status ga_client_device_reserve(void **buf, size_t *cap, size_t want);
 /* Zeroes bytes of device memory at p (queued on c->dex). */
 ga_status ga_client_device_zero(ga_client *c, void *p, size_t bytes);
-/* GA_E_NONFINITE when the device gradient g of t holds NaN or Inf; nothing else changes. */
-ga_status ga_client_device_finite(ga_client *c, const ga_tensor *t, const float *g);
 /* Copies every device tensor's buffer into its mirror (before init sends it). */
 ga_status ga_client_device_load(ga_client *c);
 /* Copies every mirror to its device buffer (after a successful pull); device_stale until it

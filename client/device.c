@@ -1,14 +1,10 @@
-/* Device tensors: the client's CUDA stream, device residuals and staging buffers, the finite
- * check of a device gradient, the host mirror's copies to and from the caller's device buffer,
+/* Device tensors: the client's CUDA stream, device residuals and staging buffers, the host mirror's copies to and from the caller's device buffer,
  * and the device fold-back. Only the kernels' C API: no CUDA header here. */
 #include <string.h>
 
 #include "client_internal.h"
 #include "ga_alloc.h"
 #include "ga_codec.h"
-
-/* Most elements the finite check scans per call (its device scratch holds that many). */
-#define FINITE_CHUNK ((size_t)1 << 20)
 
 ga_status ga_client_device_reserve(void **buf, size_t *cap, size_t want)
 {
@@ -61,24 +57,6 @@ void ga_client_device_tensor_free(ga_tensor *t)
     ga_device_free(t->work);
     ga_device_free(t->late);
     ga_device_free(t->dbuf);
-}
-
-ga_status ga_client_device_finite(ga_client *c, const ga_tensor *t, const float *g)
-{
-    size_t chunk = t->n < FINITE_CHUNK ? t->n : FINITE_CHUNK;
-    size_t bytes = c->dscratch_n * sizeof(float);
-    ga_status st = ga_client_device_reserve((void **)&c->dscratch, &bytes, chunk * sizeof(float));
-    if (st != GA_OK) return st;
-    c->dscratch_n = bytes / sizeof(float);
-    /* The none codec's encode scans its input and refuses NaN/Inf; its copy goes to scratch. */
-    const ga_codec_params none = {0};
-    for (size_t off = 0; off < t->n; off += chunk) {
-        size_t count = t->n - off < chunk ? t->n - off : chunk, len;
-        st = ga_codec_encode(&c->dex, GA_CODEC_NONE, &none, g + off, NULL, count, c->dscratch,
-                             count * sizeof(float), &len);
-        if (st != GA_OK) return st;
-    }
-    return ga_exec_sync(&c->dex);
 }
 
 ga_status ga_client_device_load(ga_client *c)

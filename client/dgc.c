@@ -23,14 +23,6 @@ float ga_dgc_clip_coeff(const float *g, size_t n, float clip_norm)
     return coeff < 1.0 ? (float)coeff : 1.0f;
 }
 
-bool ga_dgc_all_finite(const float *g, size_t n)
-{
-    /* Summing x - x is NaN exactly when some x is NaN or Inf, and vectorises. */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++) acc += g[i] - g[i];
-    return acc == 0.0f;
-}
-
 const float *ga_dgc_correct(const ga_dgc_options *o, float *u, const float *g, float s, float *work, size_t n)
 {
     const float m = o->momentum;

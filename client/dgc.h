@@ -22,9 +22,6 @@ float ga_dgc_ratio(float ratio, uint32_t warmup_epochs, uint32_t epoch);
  * summed in double. */
 float ga_dgc_clip_coeff(const float *g, size_t n, float clip_norm);
 
-/* True when every g[i] is finite. */
-bool ga_dgc_all_finite(const float *g, size_t n);
-
 /* Momentum correction with coefficient s applied to g first (clipping; s = 1 for none).
  * Returns the increment to encode into v:
  *   plain:    u = m*u + s*g;           returns u

@@ -289,8 +289,7 @@ ga_status ga_client_encode(ga_client *c, const float *const *grads, uint64_t ste
     for (size_t i = 0; i < c->ntensors; i++) {
         ga_tensor *t = &c->tensors[i];
         t->nparts = 0;
-        ga_status fin = t->device ? ga_client_device_finite(c, t, grads[i])
-                                  : ga_dgc_all_finite(grads[i], t->n) ? GA_OK : GA_E_NONFINITE;
+        ga_status fin = ga_check_finite(t->device ? &c->dex : &c->ex, grads[i], t->n);
         if (fin == GA_E_NONFINITE)
             return ga_client_fail(c, GA_E_NONFINITE, "push step %llu: gradient of tensor '%s' holds NaN or Inf",
                                   (unsigned long long)step, t->name);

@@ -1,6 +1,6 @@
 /* The shards of a client: the address list times the lanes, one thread per shard after the
  * first (which runs on the caller), the task generation that runs a step's pushes and pulls on
- * all of them at once, the lanes' turns to push, and the first error. */
+ * all of them at once, the lanes' turns, and the first error. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +23,16 @@ static ga_status shard_set(ga_client *c, ga_shard *sh, const char *addr, size_t 
     return GA_OK;
 }
 
+/* A step keeps a quarter of an address's lanes (at least 2) between their push and their pull:
+ * lane k's step closes only once every rank's lane-k push is in, so a rank that ran further
+ * ahead would take the shard's link from the pushes the next close waits on (docs/protocol.md,
+ * "Lanes"). */
+static uint32_t lane_window(uint32_t lanes)
+{
+    uint32_t quarter = (lanes + 3) / 4;
+    return quarter > 2 ? quarter : 2;
+}
+
 ga_status ga_shards_parse(ga_client *c, const char *list, uint32_t lanes)
 {
     uint32_t naddr = 1;
@@ -31,6 +41,7 @@ ga_status ga_shards_parse(ga_client *c, const char *list, uint32_t lanes)
         return ga_client_fail(c, GA_E_INVAL, "options: %u server addresses x %u lanes, at most %u in all", naddr,
                               lanes, GA_PLACEMENT_MAX_SHARDS);
     uint32_t n = naddr * lanes;
+    c->lane_window = lane_window(lanes);
     if (!(c->shards = ga_calloc(n, sizeof *c->shards))) return ga_client_fail(c, GA_E_NOMEM, "create: out of memory");
     c->nshards = n;
     const char *p = list;
@@ -134,8 +145,9 @@ void ga_shards_run(ga_client *c, ga_shard_fn fn)
 
 void ga_shard_turn_wait(ga_client *c, ga_shard *sh, ga_turn t)
 {
-    if (sh->lane == 0 || !c->pool) return;
-    const ga_shard *prev = &c->shards[sh->index - 1];
+    uint32_t back = t == GA_TURN_PULLED ? c->lane_window : 1;
+    if (sh->lane < back || !c->pool) return;
+    const ga_shard *prev = &c->shards[sh->index - back];
     if (!prev->active) return;
     pthread_mutex_lock(&c->mu);
     while (prev->turn[t] != c->gen) pthread_cond_wait(&c->turn, &c->mu);

@@ -1,7 +1,8 @@
 /* One training step (ga_client_step): catch up the shards whose last pull failed, encode, then
  * on every shard at once push and, as soon as that shard's push is in, pull; then fold back what
- * was not counted. With lanes the pushes go out lane after lane (ga_shard_lane_wait), so the
- * pulls of the first lanes overlap the pushes of the later ones. */
+ * was not counted. With lanes the pushes go out lane after lane (ga_shard_turn_wait), so the
+ * pulls of the first lanes overlap the pushes of the later ones, and a lane pushes only once the
+ * lane c->lane_window before it has pulled. */
 #include <string.h>
 
 #include "client_internal.h"
@@ -36,11 +37,11 @@ static ga_status catch_up(ga_client *c)
     return st;
 }
 
-/* Shard task: encode its deferred parts, push the step's parts, then pull the version the push
- * asked for. A push refused as late (its step closed without it) still pulls the step that
- * closed; its bytes are marked for the fold-back (sh->late). sh->pushed says whether the push
- * went through; sh->st (the return) is the encode's or the push's failure, or the pull's. */
-static ga_status exchange(ga_client *c, ga_shard *sh)
+/* Encodes sh's deferred parts, pushes the step's parts, then pulls the version the push asked
+ * for. A push refused as late (its step closed without it) still pulls the step that closed;
+ * its bytes are marked for the fold-back (sh->late). sh->pushed says whether the push went
+ * through; the return is the encode's or the push's failure, or the pull's. */
+static ga_status push_then_pull(ga_client *c, ga_shard *sh)
 {
     sh->pushed = sh->late = false;
     sh->bytes_pulled = 0;
@@ -52,6 +53,7 @@ static ga_status exchange(ga_client *c, ga_shard *sh)
         sh->push_end = sh->encode_end;
         return st;
     }
+    ga_shard_turn_wait(c, sh, GA_TURN_PULLED);
     st = ga_shard_push(c, sh);
     sh->push_end = ga_client_now();
     if (st == GA_E_STEP_CLOSED) {
@@ -70,6 +72,14 @@ static ga_status exchange(ga_client *c, ga_shard *sh)
     }
     sh->pushed = true;
     return ga_shard_pull(c, sh);
+}
+
+/* Shard task: push_then_pull, then the lanes that wait for this one's pull may push. */
+static ga_status exchange(ga_client *c, ga_shard *sh)
+{
+    ga_status st = push_then_pull(c, sh);
+    ga_shard_turn_pass(c, sh, GA_TURN_PULLED); /* also after a failure */
+    return st;
 }
 
 ga_status ga_client_step(ga_client *c, const float *const *grads)

@@ -165,14 +165,15 @@ ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *param
     return GA_OK;
 }
 
-/* Codecs with a residual refuse a NaN or Inf gradient before the residual changes: checked here,
- * once for all of them, on the backend that holds grad. */
-static ga_status grad_finite(const ga_exec *ex, const float *grad, size_t n)
+ga_status ga_check_finite(const ga_exec *ex, const float *x, size_t n)
 {
+    GA_CHECK(ga_exec_usable(ex));
+    if (n == 0) return GA_OK;
+    if (!x) return GA_E_INVAL;
     bool finite = true;
-    if (ex->backend == GA_BACKEND_CPU) finite = ga_all_finite_cpu(ex, grad, n);
+    if (ex->backend == GA_BACKEND_CPU) finite = ga_all_finite_cpu(ex, x, n);
 #ifdef GA_HAVE_CUDA
-    else GA_CHECK(ga_all_finite_cuda(ex, grad, n, &finite));
+    else GA_CHECK(ga_all_finite_cuda(ex, x, n, &finite));
 #endif
     return finite ? GA_OK : GA_E_NONFINITE;
 }
@@ -189,7 +190,8 @@ ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_p
     if (row->has_residual != (residual != NULL) && n > 0) return GA_E_INVAL;
     if ((uintptr_t)out % 4 != 0) return GA_E_INVAL;
     if (cap < need) return GA_E_CAPACITY;
-    if (row->has_residual && n > 0) GA_CHECK(grad_finite(ex, grad, n));
+    /* Codecs with a residual refuse a NaN or Inf gradient before the residual changes. */
+    if (row->has_residual) GA_CHECK(ga_check_finite(ex, grad, n));
     return row->encode[ex->backend](ex, params, grad, residual, n, (uint8_t *)out, cap, out_len);
 }
 

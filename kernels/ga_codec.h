@@ -109,6 +109,12 @@ ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_p
                           const float *grad, float *residual, size_t n, void *out, size_t cap,
                           size_t *out_len);
 
+/* GA_OK when every value of x[0..n) is finite, GA_E_NONFINITE when one is NaN or Inf. x lives
+ * on ex's backend (host or device memory); the scan is vectorised and spread over ex's threads
+ * on the CPU, and blocks until the answer is on the host on CUDA. Errors: GA_E_INVAL (x NULL
+ * with n > 0); GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
+ga_status ga_check_finite(const ga_exec *ex, const float *x, size_t n);
+
 /* Decodes a payload of n elements and adds it into sum: sum[i] = sum[i] + decoded[i] for
  * every i (zeros included), with no dense temporary. Validates everything first; on any error
  * sum is untouched. Errors: parameter errors; GA_E_LENGTH; GA_E_INDEX_RANGE; GA_E_INDEX_ORDER;

@@ -2,6 +2,7 @@
  * (oracle.c): payload bytes, residuals and decode_add sums compared with memcmp for every
  * length, thread cap and SIMD level; residual carry-over; the error-feedback identity;
  * thread-count determinism; exhaustive fp16/bf16 conversion sweeps. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -557,6 +558,45 @@ static void test_encoded_size(void **state)
 /* A range of an in-order codec's payload decodes to exactly that range of the whole decode (the
  * oracle's), for random payloads with stray bits past n; the codecs that keep their elements
  * elsewhere, unaligned starts and ranges past n are refused. */
+/* ga_check_finite: NaN, both infinities and the extremes of the finite range, at the first, a
+ * middle and the last element of inputs that span several SIMD blocks and both threads' tiles,
+ * at every SIMD level; nothing else is written. */
+static void test_check_finite(void **state)
+{
+    (void)state;
+    enum { N = 3 * 4096 + 29 };
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    static const float good[] = {FLT_MAX, -FLT_MAX, FLT_MIN, -0.0f, 1e-45f};
+    float *x = xalloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) x[i] = (float)i - 1000.5f;
+    ga_simd levels[3];
+    int n_levels = simd_levels(levels);
+    for (size_t tc = 0; tc < sizeof thread_caps / sizeof thread_caps[0]; tc++) {
+        for (int l = 0; l < n_levels; l++) {
+            ga_exec ex = {GA_BACKEND_CPU, thread_caps[tc], levels[l], NULL};
+            assert_int_equal(ga_check_finite(&ex, x, N), GA_OK);
+            assert_int_equal(ga_check_finite(&ex, NULL, 0), GA_OK);
+            static const size_t at[] = {0, N / 2 + 3, N - 1};
+            for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+                float keep = x[at[a]];
+                for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+                    x[at[a]] = bad[b];
+                    assert_int_equal(ga_check_finite(&ex, x, N), GA_E_NONFINITE);
+                    /* Not in the scanned range: not seen. */
+                    if (at[a] == N - 1) assert_int_equal(ga_check_finite(&ex, x, N - 1), GA_OK);
+                }
+                for (size_t g = 0; g < sizeof good / sizeof good[0]; g++) {
+                    x[at[a]] = good[g];
+                    assert_int_equal(ga_check_finite(&ex, x, N), GA_OK);
+                }
+                x[at[a]] = keep;
+            }
+        }
+    }
+    assert_int_equal(ga_check_finite(&(ga_exec)GA_EXEC_CPU_INIT, NULL, 1), GA_E_INVAL);
+    ga_free(x);
+}
+
 static void test_payload_range(void **state)
 {
     (void)state;
@@ -617,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_bf16_sweep),
         cmocka_unit_test(test_dense_streaming),
         cmocka_unit_test(test_encoded_size),
+        cmocka_unit_test(test_check_finite),
         cmocka_unit_test(test_payload_range),
         cmocka_unit_test(test_host_memory_returned),
     };

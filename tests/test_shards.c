@@ -25,7 +25,10 @@
 #include "ga_alloc.h"
 #include "ga_lane.h"
 #include "gradagg.h"
+#include "ga_methods.h"
+#include "ga_wire.h"
 #include "placement.h"
+#include "rpc_client.h"
 #include "server_proc.h"
 #include "test_dirs.h"
 #include "test_memory.h"
@@ -397,6 +400,120 @@ static void lanes_match_one_shard(void **state)
     workers_free(killed);
 }
 
+/* ---- the lanes' window ---- */
+
+#define WIN_LANES 8 /* a window of 2 (shard.c: a quarter of the lanes, at least 2) */
+#define WIN_N (WIN_LANES * SPLIT)
+
+typedef struct win_rank {
+    pthread_t thread;
+    uint32_t rank;
+    atomic_int inited, go;
+    ga_status st;
+    char err[512];
+    float params[WIN_N], grad[WIN_N];
+} win_rank;
+
+/* Joins job "window" of servers[2] (world 2, WIN_LANES lanes), inits, waits for go, steps once. */
+static void *win_rank_main(void *arg)
+{
+    win_rank *wr = arg;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", servers[2].port);
+    ga_client_options o = job_options(addr, "window", wr->rank);
+    o.world_size = 2;
+    o.lanes = WIN_LANES;
+    ga_client *c = NULL;
+    if ((wr->st = ga_client_create(&o, &c, wr->err, sizeof wr->err)) != GA_OK) {
+        atomic_store(&wr->inited, 1);
+        return NULL;
+    }
+    uint64_t shape[1] = {WIN_N};
+    ga_tensor_options to = GA_TENSOR_OPTIONS_INIT;
+    to.codec = GA_CODEC_2BIT;
+    to.params = ga_codec_params_default(GA_CODEC_2BIT);
+    to.params.threshold = 0.2f; /* below most of the gradients: the step moves the parameters */
+    wr->st = ga_client_add_tensor(c, "w", shape, 1, wr->params, &to, NULL);
+    if (wr->st == GA_OK) wr->st = ga_client_init(c);
+    atomic_store(&wr->inited, 1);
+    while (wr->st == GA_OK && !atomic_load(&wr->go)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (wr->st == GA_OK) wr->st = ga_client_step(c, (const float *const[]){wr->grad});
+    if (wr->st != GA_OK) snprintf(wr->err, sizeof wr->err, "%s", ga_client_error(c));
+    ga_client_destroy(c);
+    return NULL;
+}
+
+/* Ranks committed to the open step of lane `lane`'s job "window" (the Status call). */
+static uint32_t win_committed(ga_channel *ch, uint32_t lane)
+{
+    char job[64], msg[256];
+    ga_lane_job_name("window", lane, job, sizeof job);
+    Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
+    req.job = job;
+    ProtobufCMessage *resp = NULL;
+    ga_status st = ga_call_unary(ch, GA_METHOD_STATUS, &req.base, 10000, &resp, msg, sizeof msg);
+    if (st != GA_OK) fail_msg("status of '%s': %s: %s", job, ga_status_name(st), msg);
+    uint32_t committed = ((Gradagg__V1__StatusResponse *)resp)->committed;
+    protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+    return committed;
+}
+
+/* A lane pushes only once the lane the window before it has pulled, so a rank that runs ahead
+ * keeps off the shard's link what the others' pushes need: with rank 1 held back, rank 0's step
+ * pushes lanes 0 and 1 and waits, and the jobs of lanes 2..7 see no push of the open step until
+ * rank 1 steps too. Then both end the step holding the same parameters. */
+static void lanes_push_within_a_window(void **state)
+{
+    (void)state;
+    static win_rank ranks[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        memset(&ranks[r], 0, sizeof ranks[r]);
+        ranks[r].rank = r;
+        for (size_t i = 0; i < WIN_N; i++) {
+            ranks[r].params[i] = (float)(i % 97) * 0.01f;
+            ranks[r].grad[i] = (float)((i * 7 + r) % 13) * 0.1f - 0.6f;
+        }
+        assert_int_equal(pthread_create(&ranks[r].thread, NULL, win_rank_main, &ranks[r]), 0);
+    }
+    double end = ga_test_now_s() + TIMEOUT_S;
+    while (!(atomic_load(&ranks[0].inited) && atomic_load(&ranks[1].inited)) && ga_test_now_s() < end) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (uint32_t r = 0; r < 2; r++)
+        if (ranks[r].st != GA_OK) fail_msg("rank %u: %s: %s", r, ga_strerror(ranks[r].st), ranks[r].err);
+
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", servers[2].port);
+    ga_channel *ch = NULL;
+    assert_int_equal(ga_channel_create(addr, 1u << 20, &ch), GA_OK);
+    atomic_store(&ranks[0].go, 1);
+    while ((win_committed(ch, 0) < 1 || win_committed(ch, 1) < 1) && ga_test_now_s() < end) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(win_committed(ch, 0), 1);
+    assert_int_equal(win_committed(ch, 1), 1);
+    struct timespec settle = {0, 300000000}; /* time enough for the later lanes' pushes, were they sent */
+    nanosleep(&settle, NULL);
+    for (uint32_t lane = 2; lane < WIN_LANES; lane++)
+        if (win_committed(ch, lane) != 0) fail_msg("lane %u took rank 0's push before lane %u pulled", lane, lane - 2);
+    ga_channel_destroy(ch);
+
+    atomic_store(&ranks[1].go, 1);
+    for (uint32_t r = 0; r < 2; r++) {
+        pthread_join(ranks[r].thread, NULL);
+        if (ranks[r].st != GA_OK) fail_msg("rank %u: %s: %s", r, ga_strerror(ranks[r].st), ranks[r].err);
+    }
+    assert_memory_equal(ranks[0].params, ranks[1].params, sizeof ranks[0].params);
+    size_t moved = 0;
+    for (size_t i = 0; i < WIN_N; i++) moved += ranks[0].params[i] != (float)(i % 97) * 0.01f;
+    assert_true(moved > WIN_N / 2);
+}
+
 /* One rank, two shards, optimizer none, fp32 everywhere, so every parameter is an exact sum:
  * shard 1 is stopped (SIGSTOP) so that the push of step 3 reaches shard 0 but runs into its
  * deadline on shard 1; after SIGCONT the next step pulls shard 0 and pushes to shard 1 alone
@@ -536,6 +653,7 @@ int main(void)
         cmocka_unit_test(a_restarted_shard_goes_on_alone),
         cmocka_unit_test(a_failed_shard_catches_up),
         cmocka_unit_test(lanes_match_one_shard),
+        cmocka_unit_test(lanes_push_within_a_window),
         cmocka_unit_test(bad_shard_lists),
         cmocka_unit_test(test_host_memory_returned),
     };
