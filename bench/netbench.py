@@ -304,7 +304,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps (tensors under 10M floats)")
     ap.add_argument("--big-steps", type=int, default=3, help="measured steps from 10M floats (1 warm-up)")
     ap.add_argument("--threads", type=int, default=1, help="each gradagg worker's encode/decode threads")
-    ap.add_argument("--lanes", type=int, default=8, help="lanes per shard of the '-lanes' systems")
+    ap.add_argument("--lanes", type=int, default=16, help="lanes per shard of the '-lanes' systems")
     ap.add_argument("--journal-sync", default="step", choices=("none", "step", "push"))
     ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of the shards (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
