@@ -1,5 +1,6 @@
-/* Device tensors: the client's CUDA stream, device residuals and staging buffers, the host mirror's copies to and from the caller's device buffer,
- * and the device fold-back. Only the kernels' C API: no CUDA header here. */
+/* Device tensors: the client's CUDA stream, device residuals and staging buffers, the host
+ * mirror's copies to and from the caller's device buffer, and the device fold-back. Only the
+ * kernels' C API: no CUDA header here. */
 #include <string.h>
 
 #include "client_internal.h"

@@ -83,9 +83,9 @@ typedef struct ga_client_options {
      * pushes the lanes one after another and pulls each as soon as its push is in, so the pulls
      * of the first lanes overlap the pushes of the later ones on the link, and the server's work
      * on a lane overlaps both; a lane pushes once the lane max(2, ceil(lanes / 4)) before it has
-     * pulled. Worth it for large tensors on slow links; sync jobs only. Every
-     * rank must pass the same value. 0 or 1 = one lane; at most GA_LANE_MAX (16), and at most
-     * 64 lanes over all addresses. GA_CLIENT_OPTIONS_INIT: 1. */
+     * pulled. Worth it for large tensors on slow links; sync jobs only. Every rank must pass the
+     * same value. 0 or 1 = one lane; at most GA_LANE_MAX (16), and at most 64 lanes over all
+     * addresses. GA_CLIENT_OPTIONS_INIT: 1. */
     uint32_t lanes;
 } ga_client_options;
 
