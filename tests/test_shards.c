@@ -112,6 +112,12 @@ typedef struct worker {
 
 static atomic_int steps_done[W];
 
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
 static ga_client_options job_options(const char *servers, const char *job, uint32_t rank)
 {
     ga_client_options o = GA_CLIENT_OPTIONS_INIT;
@@ -207,10 +213,7 @@ static void train(worker *wk, uint32_t nservers, uint32_t lanes, const char *job
     for (int r = 0; r < W; r++) assert_int_equal(pthread_create(&wk[r].thread, NULL, worker_main, &wk[r]), 0);
     if (kill_shard >= 0) {
         double end = ga_test_now_s() + TIMEOUT_S;
-        while (atomic_load(&steps_done[0]) < kill_after && ga_test_now_s() < end) {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
+        while (atomic_load(&steps_done[0]) < kill_after && ga_test_now_s() < end) sleep_ms(1);
         ga_test_server_stop(&servers[kill_shard], SIGKILL);
         ga_test_server_start(&servers[kill_shard], servers[kill_shard].port, server_args[kill_shard]);
     }
@@ -436,10 +439,7 @@ static void *win_rank_main(void *arg)
     wr->st = ga_client_add_tensor(c, "w", shape, 1, wr->params, &to, NULL);
     if (wr->st == GA_OK) wr->st = ga_client_init(c);
     atomic_store(&wr->inited, 1);
-    while (wr->st == GA_OK && !atomic_load(&wr->go)) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    while (wr->st == GA_OK && !atomic_load(&wr->go)) sleep_ms(1);
     if (wr->st == GA_OK) wr->st = ga_client_step(c, (const float *const[]){wr->grad});
     if (wr->st != GA_OK) snprintf(wr->err, sizeof wr->err, "%s", ga_client_error(c));
     ga_client_destroy(c);
@@ -479,10 +479,7 @@ static void lanes_push_within_a_window(void **state)
         assert_int_equal(pthread_create(&ranks[r].thread, NULL, win_rank_main, &ranks[r]), 0);
     }
     double end = ga_test_now_s() + TIMEOUT_S;
-    while (!(atomic_load(&ranks[0].inited) && atomic_load(&ranks[1].inited)) && ga_test_now_s() < end) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    while (!(atomic_load(&ranks[0].inited) && atomic_load(&ranks[1].inited)) && ga_test_now_s() < end) sleep_ms(1);
     for (uint32_t r = 0; r < 2; r++)
         if (ranks[r].st != GA_OK) fail_msg("rank %u: %s: %s", r, ga_strerror(ranks[r].st), ranks[r].err);
 
@@ -491,14 +488,10 @@ static void lanes_push_within_a_window(void **state)
     ga_channel *ch = NULL;
     assert_int_equal(ga_channel_create(addr, 1u << 20, &ch), GA_OK);
     atomic_store(&ranks[0].go, 1);
-    while ((win_committed(ch, 0) < 1 || win_committed(ch, 1) < 1) && ga_test_now_s() < end) {
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
-    }
+    while ((win_committed(ch, 0) < 1 || win_committed(ch, 1) < 1) && ga_test_now_s() < end) sleep_ms(2);
     assert_int_equal(win_committed(ch, 0), 1);
     assert_int_equal(win_committed(ch, 1), 1);
-    struct timespec settle = {0, 300000000}; /* time enough for the later lanes' pushes, were they sent */
-    nanosleep(&settle, NULL);
+    sleep_ms(300); /* time enough for the later lanes' pushes, were they sent */
     for (uint32_t lane = 2; lane < WIN_LANES; lane++)
         if (win_committed(ch, lane) != 0) fail_msg("lane %u took rank 0's push before lane %u pulled", lane, lane - 2);
     ga_channel_destroy(ch);
