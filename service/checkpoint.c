@@ -12,6 +12,7 @@
 
 #include "byte_cursor.h"
 #include "crc32c.h"
+#include "dfile.h"
 #include "fileio.h"
 #include "ga_alloc.h"
 
@@ -144,16 +145,14 @@ bad:
 /* ---- writing ---- */
 
 typedef struct sink {
-    int fd;
-    const char *path;
+    ga_dfile file;
     uint32_t crc;
     uint64_t bytes;
 } sink;
 
 static ga_status emit(sink *o, const void *p, size_t n, char *why, size_t cap)
 {
-    struct iovec iov = {(void *)p, n};
-    GA_CHECK(ga_file_writev(o->fd, &iov, 1, o->path, why, cap));
+    GA_CHECK(ga_dfile_write(&o->file, p, n, why, cap));
     o->crc = ga_crc32c(o->crc, p, n);
     o->bytes += n;
     return GA_OK;
@@ -230,11 +229,11 @@ ga_status ga_ckpt_write(const char *dir, ga_ckpt_meta *m, ga_store *s, uint32_t 
         ga_free(meta.p);
         return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory writing a checkpoint");
     }
-    sink o = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640), tmp, 0, 0};
-    ga_status st = GA_OK;
-    if (o.fd < 0) {
+    sink o = {.crc = 0};
+    ga_status st = ga_dfile_create(&o.file, tmp, O_TRUNC, 0640, true, why, cap);
+    if (st != GA_OK) {
         ga_free(meta.p);
-        return ga_status_fail(GA_E_IO, why, cap, "creating %s: %s", tmp, strerror(errno));
+        return st;
     }
     uint64_t meta_len = meta.len;
     GA_CHECK_GOTO(emit(&o, MAGIC, 8, why, cap), st, fail);
@@ -245,12 +244,10 @@ ga_status ga_ckpt_write(const char *dir, ga_ckpt_meta *m, ga_store *s, uint32_t 
     uint32_t crc = o.crc, zero = 0;
     memcpy(trailer + 8, &o.bytes, 8), memcpy(trailer + 16, &crc, 4), memcpy(trailer + 20, &zero, 4);
     GA_CHECK_GOTO(emit(&o, trailer, sizeof trailer, why, cap), st, fail);
-    if (fsync(o.fd) != 0) {
-        st = ga_status_fail(GA_E_IO, why, cap, "syncing %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    ga_file_uncache(o.fd); /* read again only by a restore at start-up */
-    close(o.fd), o.fd = -1;
+    GA_CHECK_GOTO(ga_dfile_commit(&o.file, why, cap), st, fail);
+    GA_CHECK_GOTO(ga_dfile_trim(&o.file, why, cap), st, fail); /* the trailer ends the file */
+    GA_CHECK_GOTO(ga_dfile_sync(&o.file, why, cap), st, fail);
+    ga_dfile_close(&o.file);
     if (rename(tmp, path) != 0) {
         st = ga_status_fail(GA_E_IO, why, cap, "renaming %s to %s: %s", tmp, path, strerror(errno));
         goto fail;
@@ -259,7 +256,7 @@ ga_status ga_ckpt_write(const char *dir, ga_ckpt_meta *m, ga_store *s, uint32_t 
     GA_CHECK(ga_file_sync_dir(dir, why, cap));
     return prune(dir, keep, oldest_kept, why, cap);
 fail:
-    if (o.fd >= 0) close(o.fd);
+    ga_dfile_close(&o.file);
     unlink(tmp);
     ga_free(meta.p);
     return st;

@@ -2,7 +2,6 @@
 #include "fileio.h"
 
 #include <dirent.h>
-#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -14,32 +13,9 @@
 
 #include "ga_alloc.h"
 
-#ifndef IOV_MAX
-#define IOV_MAX 1024 /* Linux UIO_MAXIOV; limits.h hides it under strict POSIX */
-#endif
-
 static ga_status io_error(char *why, size_t cap, const char *what, const char *path)
 {
     return ga_status_fail(GA_E_IO, why, cap, "%s %s: %s", what, path, strerror(errno));
-}
-
-ga_status ga_file_writev(int fd, struct iovec *iov, int n, const char *path, char *why, size_t cap)
-{
-    while (n > 0) {
-        if (iov->iov_len == 0) {
-            iov++, n--;
-            continue;
-        }
-        ssize_t w = writev(fd, iov, n > IOV_MAX ? IOV_MAX : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return io_error(why, cap, "writing", path);
-        }
-        size_t done = (size_t)w;
-        while (n > 0 && done >= iov->iov_len) done -= iov->iov_len, iov++, n--;
-        if (n > 0) iov->iov_base = (char *)iov->iov_base + done, iov->iov_len -= done;
-    }
-    return GA_OK;
 }
 
 ga_status ga_file_read(int fd, void *buf, size_t len, const char *path, char *why, size_t cap)
@@ -55,11 +31,6 @@ ga_status ga_file_read(int fd, void *buf, size_t len, const char *path, char *wh
         p += r, len -= (size_t)r;
     }
     return GA_OK;
-}
-
-void ga_file_uncache(int fd)
-{
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 ga_status ga_file_sync_dir(const char *dir, char *why, size_t cap)

@@ -43,29 +43,25 @@ static bool parse_name(const char *name, uint64_t *counter, uint64_t *first)
 
 static ga_status open_segment(ga_journal *j, uint64_t counter, uint64_t first, char *why, size_t cap)
 {
-    size_t n = strlen(j->dir) + 64;
-    char *path = ga_malloc(n);
-    if (!path) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory opening a journal segment");
-    snprintf(path, n, "%s/" PREFIX "%010" PRIu64 "-%020" PRIu64 SUFFIX, j->dir, counter, first);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0640);
-    ga_status st = GA_OK;
-    if (fd < 0) st = ga_status_fail(GA_E_IO, why, cap, "creating %s: %s", path, strerror(errno));
-    if (st == GA_OK) st = ga_file_sync_dir(j->dir, why, cap); /* the segment itself survives a crash */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" PREFIX "%010" PRIu64 "-%020" PRIu64 SUFFIX, j->dir, counter, first);
+    ga_dfile next;
+    GA_CHECK(ga_dfile_create(&next, path, O_EXCL, 0640, true, why, cap));
+    ga_status st = ga_file_sync_dir(j->dir, why, cap); /* the segment itself survives a crash */
     if (st != GA_OK) {
-        if (fd >= 0) close(fd), unlink(path);
-        ga_free(path);
+        ga_dfile_close(&next);
+        unlink(path);
         return st;
     }
-    if (j->fd >= 0) close(j->fd);
-    ga_free(j->path);
-    j->fd = fd, j->path = path, j->counter = counter;
+    ga_dfile_close(&j->file);
+    j->file = next, j->counter = counter;
     return GA_OK;
 }
 
 ga_status ga_journal_open(ga_journal *j, const char *dir, uint64_t first_seq, ga_journal_sync sync, char *why,
                           size_t cap)
 {
-    *j = (ga_journal){.fd = -1, .sync = sync};
+    *j = (ga_journal){.file.fd = -1, .sync = sync};
     GA_CHECK(ga_file_mkdirs(dir, why, cap));
     if (!(j->dir = ga_strdup(dir))) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory opening a journal");
     char **names;
@@ -87,17 +83,14 @@ ga_status ga_journal_rotate(ga_journal *j, uint64_t first_seq, char *why, size_t
 
 void ga_journal_close(ga_journal *j)
 {
-    if (j->fd >= 0) close(j->fd);
-    ga_free(j->path), ga_free(j->dir);
-    *j = (ga_journal){.fd = -1};
+    ga_dfile_close(&j->file);
+    ga_free(j->dir);
+    *j = (ga_journal){.file.fd = -1};
 }
 
 ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap)
 {
-    if (j->fd < 0) return GA_OK;
-    if (fdatasync(j->fd) != 0) return ga_status_fail(GA_E_IO, why, cap, "syncing %s: %s", j->path, strerror(errno));
-    ga_file_uncache(j->fd); /* read again only by a replay at start-up */
-    return GA_OK;
+    return j->file.fd < 0 ? GA_OK : ga_dfile_sync(&j->file, why, cap);
 }
 
 /* ---- appends ---- */
@@ -107,29 +100,32 @@ ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap)
 static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struct iovec *iov, int n, char *why,
                         size_t cap)
 {
-    if (j->fd < 0) return ga_status_fail(GA_E_IO, why, cap, "the journal is not open");
+    ga_dfile *f = &j->file;
+    if (f->fd < 0) return ga_status_fail(GA_E_IO, why, cap, "the journal is not open");
     header h = {(uint32_t)type, 0, seq, 0};
     for (int i = 1; i < n - 1; i++) h.len += iov[i].iov_len;
     iov[0] = (struct iovec){&h, sizeof h};
     uint32_t crc = 0;
     for (int i = 0; i < n - 1; i++) crc = ga_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
     iov[n - 1] = (struct iovec){&crc, sizeof crc};
-    off_t start = lseek(j->fd, 0, SEEK_END);
-    ga_status st = ga_file_writev(j->fd, iov, n, j->path, why, cap);
+    uint64_t start = f->size;
+    ga_status st = GA_OK;
+    for (int i = 0; i < n && st == GA_OK; i++) st = ga_dfile_write(f, iov[i].iov_base, iov[i].iov_len, why, cap);
+    if (st == GA_OK) st = ga_dfile_commit(f, why, cap);
     if (st == GA_OK && j->sync == GA_JOURNAL_SYNC_PUSH) st = ga_journal_flush(j, why, cap);
-    /* STEP mode: start this record's writeback now (no wait), so the close's sync finds the
-     * step's earlier pushes on the disk already and waits only for the last ones. Advice. */
-    if (st == GA_OK && j->sync == GA_JOURNAL_SYNC_STEP && start >= 0)
-        (void)sync_file_range(j->fd, start, 0, SYNC_FILE_RANGE_WRITE);
+    /* STEP mode through the page cache (no direct I/O here): start this record's writeback now
+     * (no wait), so the close's sync waits only for the last pushes. Advice. */
+    if (st == GA_OK && j->sync == GA_JOURNAL_SYNC_STEP && !f->direct)
+        (void)sync_file_range(f->fd, (off_t)start, 0, SYNC_FILE_RANGE_WRITE);
     if (st != GA_OK) {
         /* Cut the record off: a partial one would hide later records (replay ends a segment at
          * its first bad record), and a whole one whose sync failed belongs to a call that is
          * refused, whose sender keeps the gradients and sends them again: replayed, they would
          * count twice. Failing that, later records go to a new segment; failing that too, the
          * journal takes nothing more, so nothing is acknowledged behind the damage. */
-        if (start < 0 || ftruncate(j->fd, start) != 0) {
+        if (!ga_dfile_cut(f, start)) {
             char ignored[64];
-            if (ga_journal_rotate(j, seq, ignored, sizeof ignored) != GA_OK) close(j->fd), j->fd = -1;
+            if (ga_journal_rotate(j, seq, ignored, sizeof ignored) != GA_OK) ga_dfile_close(f);
         }
         return st;
     }
@@ -230,12 +226,24 @@ ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal
 
 /* ---- replay ---- */
 
+/* Whether the last left bytes of fd, from its position, are the zero padding of a segment whose
+ * writer was killed before it trimmed it (dfile.h). */
+static bool padding(int fd, uint64_t left)
+{
+    uint8_t tail[GA_DFILE_ALIGN];
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    if (left >= GA_DFILE_ALIGN || at < 0 || pread(fd, tail, left, at) != (ssize_t)left) return false;
+    for (uint64_t i = 0; i < left; i++)
+        if (tail[i]) return false;
+    return true;
+}
+
 /* Reads one record; false at the end of the segment or at damage (*damaged set then). */
 static bool read_record(int fd, const char *path, uint64_t left, header *h, uint8_t **body, bool *damaged)
 {
     char why[8];
     *damaged = false;
-    if (left == 0) return false;
+    if (left == 0 || padding(fd, left)) return false;
     if (left < HEADER_BYTES + 4 || ga_file_read(fd, h, sizeof *h, path, why, sizeof why) != GA_OK) goto torn;
     if (h->type < GA_JOURNAL_JOB || h->type > GA_JOURNAL_MEMBER || h->zero != 0 || h->len > MAX_BODY ||
         h->len > left - HEADER_BYTES - 4)

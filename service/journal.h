@@ -8,7 +8,9 @@
  * is [u32 type][u32 0][u64 seq][u64 body length][body][u32 crc32c of all before it], little
  * endian. seq is the version that will include the record: a checkpoint of version V covers
  * every record with seq <= V. Every record of a segment has seq <= the next segment's first seq,
- * so a segment may go once the oldest kept checkpoint's version reaches the next one's. */
+ * so a segment may go once the oldest kept checkpoint's version reaches the next one's. Segments
+ * are written with direct I/O (dfile.h): one left by a killed server may end in fewer than 4096
+ * zero bytes after its last record, which replay reads as its end. */
 #ifndef GA_JOURNAL_H
 #define GA_JOURNAL_H
 
@@ -17,6 +19,7 @@
 #include <stdint.h>
 
 #include "bundle.h"
+#include "dfile.h"
 #include "ga_status.h"
 #include "journal_sync.h"
 
@@ -40,8 +43,7 @@ typedef struct ga_journal_member {
 
 typedef struct ga_journal {
     char *dir;        /* the job's directory (owned) */
-    char *path;       /* of the open segment (owned); NULL when none is open */
-    int fd;           /* of the open segment; -1 when none */
+    ga_dfile file;    /* the open segment (direct I/O); file.fd -1 when none */
     uint64_t counter; /* of the open segment */
     ga_journal_sync sync;
 } ga_journal;
