@@ -19,6 +19,7 @@ Exit status: 0 when every row ran (S = 2 rows may be "pending") and every memory
 """
 import argparse
 import datetime
+import mmap
 import os
 import platform
 import shutil
@@ -279,6 +280,28 @@ def sharding_supported(env: Dict[str, str]) -> Tuple[bool, str]:
     return True, ""
 
 
+def disk_probe(directory: str, total: int = 256 << 20, block: int = 2 << 20, rounds: int = 3) -> float:
+    """Bytes per second of direct (O_DIRECT) writes into a new file in directory, the way the
+    shards write their journals and checkpoints (service/dfile.h): the median of rounds."""
+    buf = mmap.mmap(-1, block)  # page aligned, as O_DIRECT wants
+    buf.write(b"\x5a" * block)
+    rates = []
+    for _ in range(rounds):
+        fd, path = tempfile.mkstemp(prefix="gnb-disk-", dir=directory)
+        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        try:
+            t0 = time.perf_counter()
+            for _ in range(total // block):
+                os.write(fd, buf)
+            os.fdatasync(fd)
+            rates.append(total / (time.perf_counter() - t0))
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    return sorted(rates)[len(rates) // 2]
+
+
 def machine() -> Dict[str, Any]:
     model = ""
     try:
@@ -347,6 +370,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not shard_ok[0]:
         print(f"netbench: S > 1 rows pending: {shard_ok[1]}")
     failed = False
+    info["probes"]["disk_bytes_per_s"] = disk_probe(tempfile.gettempdir())
+    print(f"== disk: direct writes into {tempfile.gettempdir()} (the shards' data) "
+          f"{info['probes']['disk_bytes_per_s'] / 1e9:.2f} GB/s", flush=True)
     try:
         if any(link != "lo" for link in a.links):
             b.net = nn.Network(a.world, max(a.shards))

@@ -162,25 +162,28 @@ def tables(info: Dict[str, Any]) -> str:
                        + (f" — TCP probe {probe / 1e9:.3f} Gbit/s" if probe else "") + "\n")
             out.append("| system | S | step s | gloo fp32 ÷ this | wire bound s | busiest link | this ÷ bound | push then pull s "
                        "| measured busiest link: MB in / out per step | its wire s "
-                       "| encode | push | pull | decode | server CPU s | workers CPU s | CPU floor s "
+                       "| encode | push | pull | decode | server CPU s | workers CPU s | CPU floor s | disk floor s "
                        "| MB pushed/worker | MB pulled/worker |")
-            out.append("|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            out.append("|---|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in rows:
                 if r["link"] != link or r["elements"] != n:
                     continue
                 if r["status"] != "ok":
-                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | | | | |")
+                    out.append(f"| {r['label']} | {r['shards'] or '–'} | {r['status']} | | | | | | | | | | | | | | | | | |")
                     continue
                 g = not r["shards"]
                 srv = r.get("server_cpu_s_per_step", 0.0)
                 floor = (srv + r["workers_cpu_s_per_step"]) / cpus
+                # Every push is journaled before its ack, and all shards share this machine's disk.
+                disk = info["probes"].get("disk_bytes_per_s")
+                disk_floor = None if g or not disk else r["world"] * r["bytes_pushed"] / disk
                 out.append("| " + " | ".join([
                     r["label"], str(r["shards"] or "–"), fmt(r["median_s"]), fmt(r.get("gloo_fp32_over_this"), ".2f"),
                     fmt(r.get("wire_bound_s")), r.get("busiest_link", ""), fmt(r.get("x_bound"), ".2f"),
                     fmt(r.get("serial_wire_s")), busiest_cell(r), fmt(r.get("measured_wire_s")),
                     "" if g else fmt(r["encode_s"]), "" if g else fmt(r["push_s"]), "" if g else fmt(r["pull_s"]),
                     "" if g else fmt(r["decode_s"]), "" if g else fmt(srv), fmt(r["workers_cpu_s_per_step"]),
-                    fmt(floor), "" if g else fmt(r["bytes_pushed"] / 1e6, ".2f"),
+                    fmt(floor), fmt(disk_floor), "" if g else fmt(r["bytes_pushed"] / 1e6, ".2f"),
                     "" if g else fmt(r["bytes_pulled"] / 1e6, ".2f")]) + " |")
     mem = [r for r in rows if r["status"] == "ok" and r.get("shard_mem")]
     if mem:
