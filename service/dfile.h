@@ -37,9 +37,9 @@ typedef struct ga_dfile {
     char *path;      /* for messages (owned) */
 } ga_dfile;
 
-/* Creates path (flags: O_EXCL or O_TRUNC, with mode) for writing (and ga_dfile_cut's reads). direct false skips the try of
- * O_DIRECT (tests of the fallback). Errors GA_E_IO (naming the path) or GA_E_NOMEM; *f is then
- * closed. */
+/* Creates path (flags: O_EXCL or O_TRUNC, with mode) for writing, and for ga_dfile_cut's reads.
+ * direct false skips the try of O_DIRECT (tests of the fallback). Errors GA_E_IO (naming the
+ * path) or GA_E_NOMEM; *f is then closed. */
 ga_status ga_dfile_create(ga_dfile *f, const char *path, int flags, unsigned mode, bool direct, char *why, size_t cap);
 /* Adds n bytes after the staged ones; full stages go to the file. On error call ga_dfile_cut. */
 ga_status ga_dfile_write(ga_dfile *f, const void *p, size_t n, char *why, size_t cap);

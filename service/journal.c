@@ -106,12 +106,16 @@ static ga_status append(ga_journal *j, ga_journal_type type, uint64_t seq, struc
     header h = {(uint32_t)type, 0, seq, 0};
     for (int i = 1; i < n - 1; i++) h.len += iov[i].iov_len;
     iov[0] = (struct iovec){&h, sizeof h};
-    uint32_t crc = 0;
-    for (int i = 0; i < n - 1; i++) crc = ga_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
-    iov[n - 1] = (struct iovec){&crc, sizeof crc};
     uint64_t start = f->size;
+    uint32_t crc = 0;
     ga_status st = GA_OK;
-    for (int i = 0; i < n && st == GA_OK; i++) st = ga_dfile_write(f, iov[i].iov_base, iov[i].iov_len, why, cap);
+    /* One pass per piece: a payload chunk is summed and staged while it is in the cache. */
+    for (int i = 0; i < n - 1 && st == GA_OK; i++) {
+        crc = ga_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+        st = ga_dfile_write(f, iov[i].iov_base, iov[i].iov_len, why, cap);
+    }
+    iov[n - 1] = (struct iovec){&crc, sizeof crc};
+    if (st == GA_OK) st = ga_dfile_write(f, iov[n - 1].iov_base, iov[n - 1].iov_len, why, cap);
     if (st == GA_OK) st = ga_dfile_commit(f, why, cap);
     if (st == GA_OK && j->sync == GA_JOURNAL_SYNC_PUSH) st = ga_journal_flush(j, why, cap);
     /* STEP mode through the page cache (no direct I/O here): start this record's writeback now
@@ -232,8 +236,9 @@ ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal
 static bool padding(int fd, uint64_t left)
 {
     uint8_t tail[GA_DFILE_ALIGN];
+    if (left >= GA_DFILE_ALIGN) return false;
     off_t at = lseek(fd, 0, SEEK_CUR);
-    if (left >= GA_DFILE_ALIGN || at < 0 || pread(fd, tail, left, at) != (ssize_t)left) return false;
+    if (at < 0 || pread(fd, tail, left, at) != (ssize_t)left) return false;
     for (uint64_t i = 0; i < left; i++)
         if (tail[i]) return false;
     return true;
