@@ -29,6 +29,7 @@ typedef struct ga_push {
     size_t payload_bytes; /* the chunks' payloads */
     size_t held_bytes;    /* what the bundle holds: payloads plus each chunk's header (its
                              unpacked message, strings and part entry) */
+    struct ga_push *next; /* the core's list of bundles lent to the store (job.h) */
 } ga_push;
 
 typedef struct ga_init_part {

@@ -122,7 +122,7 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
                    "The same pushes as fp32 (4 bytes per element): received / fp32 = compression.", true);
     write_workers(c, t);
     write_checkpoint_gauges(c, t);
-    ga_metrics_family(t, "gradagg_held_bytes", "gauge", "Push and init bundles (payloads and chunk headers) buffered by open steps and queued tasks, all jobs.");
+    ga_metrics_family(t, "gradagg_held_bytes", "gauge", "Push and init bundles (payloads and chunk headers) buffered by open steps, queued tasks and the store until the step's apply, all jobs.");
     ga_metrics_u64(t, "gradagg_held_bytes", NULL, 0, c->held_bytes);
     ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
                       "Checkpoints skipped at start-up because they did not verify (an older one was used).");

@@ -17,6 +17,7 @@ typedef struct accumulate_task {
     ga_push *push;
     ga_status rc;
     size_t bad_part;
+    bool lent; /* the store holds some of push's payloads in place: keep it until the apply */
     double seconds;
 } accumulate_task;
 
@@ -39,8 +40,11 @@ static void accumulate_work(ga_task *t)
     a->rc = GA_OK;
     for (size_t i = 0; i < a->push->count && a->rc == GA_OK; i++) {
         const ga_push_part *p = &a->push->parts[i];
-        a->rc = ga_store_accumulate(a->job->store, p->tensor, (size_t)p->chunk->offset, (size_t)p->chunk->count,
-                                    p->codec, &p->params, p->chunk->payload.data, p->chunk->payload.len);
+        bool kept;
+        a->rc = ga_store_accumulate_lent(a->job->store, p->tensor, (size_t)p->chunk->offset,
+                                         (size_t)p->chunk->count, p->codec, &p->params, p->chunk->payload.data,
+                                         p->chunk->payload.len, &kept);
+        a->lent = a->lent || kept;
         a->bad_part = i;
     }
     a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
@@ -51,14 +55,31 @@ static void accumulate_done(ga_task *t)
     accumulate_task *a = (accumulate_task *)t;
     ga_job *job = a->job;
     job->accumulate_seconds += a->seconds;
-    job->held_bytes -= a->push->held_bytes;
-    job->core->held_bytes -= a->push->held_bytes;
     job->store_bytes = ga_store_bytes(job->store); /* staging buffers may have grown */
     if (a->rc != GA_OK)
         ga_core_job_fault(job, a->rc, "accumulating rank %u step %" PRIu64 " chunk %zu: %s", a->push->rank,
                           a->push->step, a->bad_part, ga_strerror(a->rc));
-    ga_push_free(a->push);
+    if (a->lent) {
+        a->push->next = job->lent;
+        job->lent = a->push;
+    } else {
+        job->held_bytes -= a->push->held_bytes;
+        job->core->held_bytes -= a->push->held_bytes;
+        ga_push_free(a->push);
+    }
     ga_free(a);
+}
+
+/* After an apply returned GA_OK: the store holds no lent payload any more. */
+static void lent_release(ga_job *job)
+{
+    while (job->lent) {
+        ga_push *p = job->lent;
+        job->lent = p->next;
+        job->held_bytes -= p->held_bytes;
+        job->core->held_bytes -= p->held_bytes;
+        ga_push_free(p);
+    }
 }
 
 static void apply_work(ga_task *t)
@@ -76,6 +97,7 @@ static void apply_done(ga_task *t)
     apply_task *a = (apply_task *)t;
     ga_job *job = a->job;
     job->apply_seconds += a->seconds;
+    if (a->rc == GA_OK) lent_release(job); /* a failed apply may still hold them: kept with the job */
     if (a->rc == GA_OK && job->fault == GA_OK) {
         for (size_t i = 0; i < a->ntensors; i++) {
             ga_published_clear(&job->tensors[i].pub);

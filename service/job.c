@@ -176,6 +176,11 @@ static void job_free_fields(ga_job *job)
     ga_free(job->index);
     ga_step_free(&job->step);
     ga_store_destroy(job->store);
+    while (job->lent) { /* after the store, which may still hold their payloads */
+        ga_push *p = job->lent;
+        job->lent = p->next;
+        ga_push_free(p);
+    }
     ga_free(job->members);
     if (job->config) protobuf_c_message_free_unpacked(&job->config->base, &ga_wire_allocator);
     ga_free(job->name);

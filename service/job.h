@@ -94,7 +94,10 @@ typedef struct ga_job {
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;
-    uint64_t held_bytes; /* push bundles (bundle.h held_bytes) held by the step or queued tasks */
+    uint64_t held_bytes; /* push bundles (bundle.h held_bytes) held by the step, queued tasks or the store */
+    /* Bundles whose payloads the store holds in place (ga_store_accumulate_lent) until the step's
+     * apply returns; freed by that apply's done, or with the job. */
+    ga_push *lent;
 
     /* Persistence (core_persist.c): the job's directory and journal; dir NULL = none. */
     char *dir;

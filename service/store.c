@@ -334,7 +334,8 @@ ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_par
 
 void ga_store_held_clear(ga_store *s, ga_store_tensor *t)
 {
-    for (size_t i = 0; i < t->nheld; i++) ga_store_mem_put(s, GA_STORE_MEM_HOST, t->held[i].data, t->held[i].len);
+    for (size_t i = 0; i < t->nheld; i++)
+        if (!t->held[i].lent) ga_store_mem_put(s, GA_STORE_MEM_HOST, t->held[i].data, t->held[i].len);
     t->nheld = 0;
 }
 
@@ -343,9 +344,10 @@ static bool dense(ga_codec_id codec)
     return codec == GA_CODEC_NONE || codec == GA_CODEC_FP16 || codec == GA_CODEC_BF16;
 }
 
-/* Keeps a copy of a chunk for the apply, after checking it exactly as the decode will. */
+/* Keeps a chunk for the apply, after checking it exactly as the decode will: in place when it is
+ * lent and aligned for the codecs (*kept set), else a copy. */
 static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t count, ga_codec_id codec,
-                      const ga_codec_params *p, const void *payload, size_t len)
+                      const ga_codec_params *p, const void *payload, size_t len, bool lend, bool *kept)
 {
     if (t->nheld == t->held_cap) {
         size_t cap = t->held_cap ? 2 * t->held_cap : 8;
@@ -356,6 +358,12 @@ static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t cou
         t->held = q;
         t->held_cap = cap;
     }
+    if (lend && (uintptr_t)payload % 4 == 0) {
+        GA_CHECK(ga_codec_check_payload(codec, p, payload, len, count));
+        t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, (void *)payload, len, true};
+        *kept = true;
+        return GA_OK;
+    }
     void *data;
     GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, len, &data)); /* ga_malloc: aligned for the codecs */
     if (len) memcpy(data, payload, len);
@@ -364,13 +372,15 @@ static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t cou
         ga_store_mem_put(s, GA_STORE_MEM_HOST, data, len);
         return rc;
     }
-    t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, data, len};
+    t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, data, len, false};
     return GA_OK;
 }
 
-ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
-                              const ga_codec_params *p, const void *payload, size_t len)
+/* Both accumulate calls (store.h); lend: the caller's promise of ga_store_accumulate_lent. */
+static ga_status accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                            const ga_codec_params *p, const void *payload, size_t len, bool lend, bool *kept)
 {
+    *kept = false;
     if (!s) return GA_E_INVAL;
     if (t >= s->count) return GA_E_UNKNOWN_TENSOR;
     ga_store_tensor *tensor = &s->tensors[t];
@@ -382,9 +392,13 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
     if (len > 0 && !payload) return GA_E_INVAL;
     if (!p) return GA_E_INVAL;
 
-    if (!tensor->summing && (tensor->nheld > 0 || !dense(codec))) {
+    /* A lent dense chunk is held on the CPU only: there the apply sums held chunks block by
+     * block at memory speed, while the CUDA store overlaps each push's copy to the device with
+     * the arrival of the next. */
+    bool hold_dense = lend && s->compute == GA_STORE_MEM_HOST;
+    if (!tensor->summing && (tensor->nheld > 0 || !dense(codec) || hold_dense)) {
         if (count == 0) return ga_codec_check_payload(codec, p, payload, len, 0); /* adds nothing */
-        return hold(s, tensor, offset, count, codec, p, payload, len);
+        return hold(s, tensor, offset, count, codec, p, payload, len, lend, kept);
     }
     if (!tensor->sum) {
         float *sum = NULL;
@@ -398,6 +412,22 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
     }
     ga_status rc = ga_store_decode_add(s, codec, p, payload, len, count, tensor->sum + offset);
     if (rc == GA_OK) tensor->summing = true;
+    return rc;
+}
+
+ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                              const ga_codec_params *p, const void *payload, size_t len)
+{
+    bool kept;
+    return accumulate(s, t, offset, count, codec, p, payload, len, false, &kept);
+}
+
+ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                                   const ga_codec_params *p, const void *payload, size_t len, bool *kept)
+{
+    bool k = false;
+    ga_status rc = accumulate(s, t, offset, count, codec, p, payload, len, true, &k);
+    if (kept) *kept = k;
     return rc;
 }
 

@@ -68,6 +68,15 @@ uint64_t ga_store_bytes(const ga_store *s);
  * changes; on error nothing changed. */
 ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                               const ga_codec_params *p, const void *payload, size_t len);
+/* ga_store_accumulate for a caller that lends the payload: it keeps it alive and unchanged until
+ * the next ga_store_apply, ga_store_apply_in_place or ga_store_discard returns GA_OK (or until
+ * ga_store_destroy). A chunk the store holds is then held in place, not copied, and on the CPU
+ * backend a dense chunk is held too rather than added into an fp32 sum, so a step of W fp32
+ * pushes costs the store no memory beyond what the caller already holds (and no sum pass per
+ * push). *kept says whether the store kept a reference to payload (false on an error, and for
+ * an unaligned payload, which is copied as before). */
+ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
+                                   const ga_codec_params *p, const void *payload, size_t len, bool *kept);
 /* Closes a step that had `contributors` >= 1 pushes: sums each tensor's chunks in arrival order,
  * scales the sums (mean), runs the optimizer on every tensor, clears the sums and held chunks,
  * and publishes every tensor into out[0..tensors): the new full values, and with a pull codec the delta encoded piece by piece from the previous

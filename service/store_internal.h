@@ -6,25 +6,27 @@
 
 #include "store.h"
 
-/* A compressed chunk of the open step, kept as it came (a host copy, 4-byte aligned) until the
- * step is applied: W compressed pushes are far smaller than a dense fp32 sum. */
+/* A chunk of the open step, kept as it came (host memory, 4-byte aligned) until the step is
+ * applied: a compressed chunk (W compressed pushes are far smaller than a dense fp32 sum), or
+ * any chunk the caller lent (ga_store_accumulate_lent), which costs the store nothing. */
 typedef struct ga_store_held {
     size_t offset, count;
     ga_codec_id codec;
     ga_codec_params params;
     void *data;
     size_t len;
+    bool lent; /* data is the caller's, read in place and never freed here; else the store's copy */
 } ga_store_held;
 
 typedef struct ga_store_tensor {
     size_t n;
     float *params;
     /* The open step's chunks go one of two ways, fixed by its first chunk: a dense one (fp32,
-     * fp16, bf16) starts `summing` and every chunk is added into `sum` as it comes (the sum is
-     * made at the first dense chunk and kept, zero between steps); a compressed one starts
-     * holding, and every chunk is held until the apply adds them, range by range in arrival
-     * order into a small block (store_publish.c). Either way each element is
-     * ((0 + c0) + c1) + ... in arrival order: the same bits. */
+     * fp16, bf16) that is copied starts `summing` and every chunk is added into `sum` as it comes
+     * (the sum is made at the first such chunk and kept, zero between steps); a compressed one,
+     * or on the CPU backend a lent one, starts holding, and every chunk is held until the apply
+     * adds them, range by range in arrival order into a small block (store_publish.c). Either
+     * way each element is ((0 + c0) + c1) + ... in arrival order: the same bits. */
     float *sum;
     bool summing;
     ga_store_held *held;

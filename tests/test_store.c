@@ -220,25 +220,67 @@ static void expect_pub(const ga_published *got, const model_pub *want, size_t n,
 
 /* ---- scenarios ---- */
 
-static void push_all(ga_store *s, model *m, int step, uint32_t contributors, const scenario *sc)
+/* Chunks lent to a store (ga_store_accumulate_lent), kept until its apply returned. */
+typedef struct lent_chunks {
+    chunk *c[SCENARIO_WORKERS * SCENARIO_MAX_TENSORS];
+    size_t count[SCENARIO_WORKERS * SCENARIO_MAX_TENSORS];
+    size_t n, kept; /* arrays; payloads the store said it kept */
+} lent_chunks;
+
+/* After the apply: the payloads are scribbled over (NaN bytes) before they are freed, so a store
+ * that still read one would publish NaN. */
+static void lent_release(lent_chunks *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        for (size_t k = 0; k < l->count[i]; k++) memset(l->c[i][k].block, 0xff, l->c[i][k].len + 4);
+        chunks_free(l->c[i], l->count[i]);
+    }
+    l->n = 0;
+}
+
+/* Every rank's chunks of one step, copied (lent NULL) or lent: on the CPU the store keeps every
+ * aligned payload in place, and copies the unaligned ones (every third chunk). */
+static void push_all_lent(ga_store *s, model *m, int step, uint32_t contributors, const scenario *sc,
+                          lent_chunks *lent)
 {
     for (uint32_t w = 0; w < contributors; w++) { /* rank order, as the core adds them */
         for (uint32_t t = 0; t < sc->ntensors; t++) {
             chunk *c;
             size_t count = scenario_chunks(step, (int)w, t, sc->sizes[t], &c);
             for (size_t k = 0; k < count; k++) {
-                assert_int_equal(ga_store_accumulate(s, t, c[k].offset, c[k].count, c[k].codec, &c[k].params,
-                                                     c[k].payload, c[k].len),
-                                 GA_OK);
+                if (lent) {
+                    bool kept = !((uintptr_t)c[k].payload % 4 == 0 && c[k].count > 0);
+                    assert_int_equal(ga_store_accumulate_lent(s, t, c[k].offset, c[k].count, c[k].codec,
+                                                              &c[k].params, c[k].payload, c[k].len, &kept),
+                                     GA_OK);
+                    assert_int_equal(kept, (uintptr_t)c[k].payload % 4 == 0 && c[k].count > 0);
+                    lent->kept += kept;
+                } else {
+                    assert_int_equal(ga_store_accumulate(s, t, c[k].offset, c[k].count, c[k].codec, &c[k].params,
+                                                         c[k].payload, c[k].len),
+                                     GA_OK);
+                }
                 if (m) model_accumulate(m, &c[k]);
             }
-            chunks_free(c, count);
+            if (lent) {
+                assert_true(lent->n < sizeof lent->c / sizeof lent->c[0]);
+                lent->c[lent->n] = c, lent->count[lent->n++] = count;
+            } else {
+                chunks_free(c, count);
+            }
         }
     }
 }
 
-static void run_scenario(const scenario *sc)
+static void push_all(ga_store *s, model *m, int step, uint32_t contributors, const scenario *sc)
 {
+    push_all_lent(s, m, step, contributors, sc, NULL);
+}
+
+/* lend: every step's chunks are lent (ga_store_accumulate_lent) rather than copied. */
+static void run_scenario(const scenario *sc, bool lend)
+{
+    lent_chunks lent = {0};
     ga_store *s;
     model m = {.cfg = sc->cfg};
     float *workers[SCENARIO_MAX_TENSORS];
@@ -262,10 +304,11 @@ static void run_scenario(const scenario *sc)
     }
     for (int step = 1; step <= SCENARIO_STEPS; step++) {
         uint32_t contributors = scenario_contributors(step);
-        push_all(s, &m, step, contributors, sc);
+        push_all_lent(s, &m, step, contributors, sc, lend ? &lent : NULL);
         ga_published pubs[SCENARIO_MAX_TENSORS];
         model_pub want[SCENARIO_MAX_TENSORS] = {0};
         assert_int_equal(ga_store_apply(s, contributors, pubs), GA_OK);
+        lent_release(&lent);
         model_apply(&m, contributors, want);
         for (uint32_t t = 0; t < sc->ntensors; t++) {
             size_t n = sc->sizes[t];
@@ -279,12 +322,21 @@ static void run_scenario(const scenario *sc)
     for (uint32_t t = 0; t < sc->ntensors; t++) ga_free(workers[t]);
     ga_store_destroy(s);
     model_free(&m);
+    if (lend && lent.kept == 0) fail_msg("%s: the store kept no lent payload in place", sc->name);
 }
 
 static void scenarios_match_model(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < nscenarios; i++) run_scenario(&scenarios[i]);
+    for (size_t i = 0; i < nscenarios; i++) run_scenario(&scenarios[i], false);
+}
+
+/* Lent payloads, held in place and summed at the apply (dense ones too, on the CPU), publish
+ * the same bytes as copied ones, and nothing reads them once the apply returned. */
+static void lent_scenarios_match_model(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < nscenarios; i++) run_scenario(&scenarios[i], true);
 }
 
 /* The compressed pulls must really compress and really carry error feedback: the published
@@ -900,11 +952,59 @@ static void apply_scratch_is_one_block(void **state)
     ga_store_destroy(s);
 }
 
+/* A step of lent fp32 pushes costs the CPU store no memory: no copy, no fp32 sum, between steps
+ * or during them, while the same pushes copied make the store keep a whole-tensor sum. */
+static void lent_fp32_steps_take_no_memory(void **state)
+{
+    (void)state;
+    enum { BLOCK = 1024, N = 16 * BLOCK, W = 3 };
+    ga_store_config cfg = plain_config();
+    cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
+    cfg.block_elems = BLOCK;
+    ga_store *lending, *copying;
+    assert_int_equal(ga_store_create(&cfg, &lending), GA_OK);
+    assert_int_equal(ga_store_create(&cfg, &copying), GA_OK);
+    uint32_t index;
+    ga_published pl, pc;
+    assert_int_equal(ga_store_add_tensor(lending, N, NULL, &index, &pl), GA_OK);
+    assert_int_equal(ga_store_add_tensor(copying, N, NULL, &index, &pc), GA_OK);
+    ga_published_clear(&pl), ga_published_clear(&pc);
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    float *g[W];
+    for (int step = 1; step <= 2; step++) {
+        uint64_t lending_before = ga_store_bytes(lending), copying_before = ga_store_bytes(copying);
+        for (uint32_t w = 0; w < W; w++) {
+            g[w] = floats0(N);
+            scenario_fill(g[w], N, (uint64_t)step << 4 | w, 1.0f);
+            bool kept = false;
+            assert_int_equal(ga_store_accumulate_lent(lending, 0, 0, N, GA_CODEC_NONE, &none, g[w], N * sizeof(float),
+                                                      &kept),
+                             GA_OK);
+            assert_true(kept);
+            assert_int_equal(ga_store_accumulate(copying, 0, 0, N, GA_CODEC_NONE, &none, g[w], N * sizeof(float)),
+                             GA_OK);
+        }
+        assert_true(ga_store_bytes(lending) <= lending_before + 1024); /* the held-chunk array at most */
+        assert_true(ga_store_bytes(copying) >= copying_before + (step == 1 ? N * sizeof(float) : 0));
+        assert_int_equal(ga_store_apply_in_place(lending, W, &pl), GA_OK);
+        assert_int_equal(ga_store_apply_in_place(copying, W, &pc), GA_OK);
+        expect_same_pub(&pl, &pc, N, "lent fp32", step);
+        ga_published_clear(&pl), ga_published_clear(&pc);
+        for (uint32_t w = 0; w < W; w++) ga_free(g[w]);
+        assert_true(ga_store_bytes(lending) <= lending_before + 1024);
+    }
+    /* the copying store keeps its sum; the lending one a held-chunk array instead */
+    assert_true(ga_store_bytes(copying) + 1024 >= ga_store_bytes(lending) + N * sizeof(float));
+    ga_store_destroy(lending);
+    ga_store_destroy(copying);
+}
+
 int main(void)
 {
     test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(scenarios_match_model),
+        cmocka_unit_test(lent_scenarios_match_model),
         cmocka_unit_test(compressed_pulls_hold_back),
         cmocka_unit_test(bad_accumulate_changes_nothing),
         cmocka_unit_test(discard_drops_the_step),
@@ -918,6 +1018,7 @@ int main(void)
         cmocka_unit_test(pulled_blob_is_never_rewritten),
         cmocka_unit_test(blocks_match_one_pass),
         cmocka_unit_test(apply_scratch_is_one_block),
+        cmocka_unit_test(lent_fp32_steps_take_no_memory),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
