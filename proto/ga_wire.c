@@ -194,39 +194,197 @@ static ga_status unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint
     return GA_OK;
 }
 
+/* ---- unpack from slices, the payload copied once ----
+ *
+ * A large message arrives in many slices. Flattening it and letting protobuf-c unpack it would
+ * copy the payload twice (into the flat buffer, then into the message's own bytes); instead the
+ * top-level fields are walked across the slices, everything but the payload field goes into a
+ * small head that protobuf-c unpacks, and the payload is copied straight from the slices into
+ * the allocation the message then owns (freed by protobuf_c_message_free_unpacked with the same
+ * allocator). Anything this walk does not expect (the payload field twice, groups, a length past
+ * the end) goes the flat way, so protobuf-c decides what is valid exactly as before. */
+
+/* A read position in the slices of a byte buffer. */
+typedef struct slice_cursor {
+    const grpc_slice *s;
+    size_t n;     /* slices */
+    size_t i, at; /* slice, offset in it */
+    size_t pos;   /* offset in the message */
+} slice_cursor;
+
+static bool cursor_byte(slice_cursor *c, uint8_t *b)
+{
+    while (c->i < c->n && c->at == GRPC_SLICE_LENGTH(c->s[c->i])) c->i++, c->at = 0;
+    if (c->i == c->n) return false;
+    *b = GRPC_SLICE_START_PTR(c->s[c->i])[c->at++];
+    c->pos++;
+    return true;
+}
+
+static bool cursor_varint(slice_cursor *c, uint64_t *v)
+{
+    *v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        uint8_t b;
+        if (!cursor_byte(c, &b)) return false;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return true;
+    }
+    return false;
+}
+
+/* Copies (dst != NULL) or skips len bytes; false past the end. */
+static bool cursor_take(slice_cursor *c, uint8_t *dst, size_t len)
+{
+    while (len > 0) {
+        while (c->i < c->n && c->at == GRPC_SLICE_LENGTH(c->s[c->i])) c->i++, c->at = 0;
+        if (c->i == c->n) return false;
+        size_t have = GRPC_SLICE_LENGTH(c->s[c->i]) - c->at, n = have < len ? have : len;
+        if (dst) {
+            memcpy(dst, GRPC_SLICE_START_PTR(c->s[c->i]) + c->at, n);
+            dst += n;
+        }
+        c->at += n, c->pos += n, len -= n;
+    }
+    return true;
+}
+
+/* Where the one payload field lies: its tag at *tag_at, its bytes [*data_at, *data_at + *len).
+ * False when the walk meets anything it does not expect (see above). */
+static bool find_payload(const grpc_slice *s, size_t n, size_t total, size_t *tag_at, size_t *data_at, size_t *len)
+{
+    slice_cursor c = {s, n, 0, 0, 0};
+    bool found = false;
+    while (c.pos < total) {
+        size_t start = c.pos;
+        uint64_t tag, v;
+        if (!cursor_varint(&c, &tag)) return false;
+        switch (tag & 7) {
+        case 0: if (!cursor_varint(&c, &v)) return false; break;
+        case 1: if (!cursor_take(&c, NULL, 8)) return false; break;
+        case 5: if (!cursor_take(&c, NULL, 4)) return false; break;
+        case 2:
+            if (!cursor_varint(&c, &v) || v > total - c.pos) return false;
+            if (tag >> 3 == GA_WIRE_PAYLOAD_FIELD) {
+                if (found) return false;
+                found = true, *tag_at = start, *data_at = c.pos, *len = (size_t)v;
+            }
+            if (!cursor_take(&c, NULL, (size_t)v)) return false;
+            break;
+        default: return false; /* groups: protobuf-c's call */
+        }
+    }
+    return found;
+}
+
+/* The descriptor of desc's singular bytes field GA_WIRE_PAYLOAD_FIELD, or NULL when it has none. */
+static const ProtobufCFieldDescriptor *payload_descriptor(const ProtobufCMessageDescriptor *desc)
+{
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(desc, GA_WIRE_PAYLOAD_FIELD);
+    return fd && fd->type == PROTOBUF_C_TYPE_BYTES && fd->label != PROTOBUF_C_LABEL_REPEATED ? fd : NULL;
+}
+
+/* GA_OK / GA_E_PROTO / GA_E_NOMEM as ga_wire_unpack; *walked false (nothing done) when the
+ * slices must go the flat way. */
+static ga_status unpack_split(const ProtobufCMessageDescriptor *desc, const grpc_slice *s, size_t n, size_t total,
+                              ProtobufCMessage **out, bool *walked)
+{
+    const ProtobufCFieldDescriptor *fd = payload_descriptor(desc);
+    size_t tag_at, data_at, len;
+    *walked = fd && find_payload(s, n, total, &tag_at, &data_at, &len);
+    if (!*walked) return GA_OK;
+    size_t head_len = total - (data_at + len - tag_at);
+    uint8_t *head = ga_malloc(head_len ? head_len : 1), *payload = len ? ga_malloc(len) : NULL;
+    if (!head || (len && !payload)) {
+        ga_free(head), ga_free(payload);
+        return GA_E_NOMEM;
+    }
+    slice_cursor c = {s, n, 0, 0, 0};
+    /* find_payload walked these bytes, so every take succeeds */
+    (void)cursor_take(&c, head, tag_at);
+    (void)cursor_take(&c, NULL, data_at - tag_at);
+    (void)cursor_take(&c, payload, len);
+    (void)cursor_take(&c, head + tag_at, total - (data_at + len));
+    ga_status rc = unpack_bytes(desc, head, head_len, out);
+    ga_free(head);
+    if (rc != GA_OK) {
+        ga_free(payload);
+        return rc;
+    }
+    if (fd->label == PROTOBUF_C_LABEL_OPTIONAL && fd->quantifier_offset)
+        *(protobuf_c_boolean *)((char *)*out + fd->quantifier_offset) = 1;
+    *(ProtobufCBinaryData *)((char *)*out + fd->offset) = (ProtobufCBinaryData){len, payload};
+    return GA_OK;
+}
+
+static ga_status unpack_flat(const ProtobufCMessageDescriptor *desc, const grpc_slice *s, size_t n, size_t total,
+                             ProtobufCMessage **out)
+{
+    uint8_t *flat = ga_malloc(total ? total : 1);
+    if (!flat) return GA_E_NOMEM;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = GRPC_SLICE_LENGTH(s[i]);
+        if (len > total - at) len = total - at; /* never past the buffer, whatever the reader says */
+        memcpy(flat + at, GRPC_SLICE_START_PTR(s[i]), len);
+        at += len;
+    }
+    ga_status rc = unpack_bytes(desc, flat, at, out);
+    ga_free(flat);
+    return rc;
+}
+
+/* The slices of a byte buffer, each referenced (slices_put releases them); NULL when out of memory. */
+static grpc_slice *slices_get(grpc_byte_buffer_reader *r, size_t *count)
+{
+    size_t n = 0, cap = 16;
+    grpc_slice *s = ga_malloc(cap * sizeof *s), one;
+    while (s && grpc_byte_buffer_reader_next(r, &one)) {
+        if (n == cap) {
+            grpc_slice *more = ga_malloc(2 * cap * sizeof *s);
+            if (!more) {
+                grpc_slice_unref(one);
+                while (n > 0) grpc_slice_unref(s[--n]);
+                ga_free(s);
+                return NULL;
+            }
+            memcpy(more, s, n * sizeof *s);
+            ga_free(s);
+            s = more, cap *= 2;
+        }
+        s[n++] = one;
+    }
+    *count = n;
+    return s;
+}
+
+static void slices_put(grpc_slice *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) grpc_slice_unref(s[i]);
+    ga_free(s);
+}
+
 ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out)
 {
     if (!desc || !bb || !out) return GA_E_INVAL;
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb)) return GA_E_PROTO; /* undecompressable */
-    size_t total = grpc_byte_buffer_length(r.buffer_out);
-    ga_status rc;
-    grpc_slice s;
-    if (!grpc_byte_buffer_reader_next(&r, &s)) {
-        rc = unpack_bytes(desc, (const uint8_t *)"", 0, out);
-    } else if (GRPC_SLICE_LENGTH(s) == total) {
-        /* The common small message: one slice, no copy. */
-        rc = unpack_bytes(desc, GRPC_SLICE_START_PTR(s), total, out);
-        grpc_slice_unref(s);
-    } else {
-        uint8_t *flat = ga_malloc(total);
-        if (!flat) {
-            grpc_slice_unref(s);
-            grpc_byte_buffer_reader_destroy(&r);
-            return GA_E_NOMEM;
-        }
-        size_t at = 0;
-        do {
-            size_t n = GRPC_SLICE_LENGTH(s);
-            if (n > total - at) n = total - at; /* never past the buffer, whatever the reader says */
-            memcpy(flat + at, GRPC_SLICE_START_PTR(s), n);
-            at += n;
-            grpc_slice_unref(s);
-        } while (grpc_byte_buffer_reader_next(&r, &s));
-        rc = unpack_bytes(desc, flat, at, out);
-        ga_free(flat);
-    }
+    size_t total = grpc_byte_buffer_length(r.buffer_out), n = 0;
+    grpc_slice *s = slices_get(&r, &n);
     grpc_byte_buffer_reader_destroy(&r);
+    if (!s) return GA_E_NOMEM;
+    ga_status rc;
+    bool walked = false;
+    if (n == 0) {
+        rc = unpack_bytes(desc, (const uint8_t *)"", 0, out);
+    } else if (n == 1 && GRPC_SLICE_LENGTH(s[0]) == total) {
+        /* The common small message: one slice, no copy. */
+        rc = unpack_bytes(desc, GRPC_SLICE_START_PTR(s[0]), total, out);
+    } else {
+        rc = unpack_split(desc, s, n, total, out, &walked);
+        if (!walked) rc = unpack_flat(desc, s, n, total, out);
+    }
+    slices_put(s, n);
     return rc;
 }
 

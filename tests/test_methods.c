@@ -432,6 +432,106 @@ static void test_unpack_garbage(void **state)
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), test_memory_at_start);
 }
 
+/* The bytes at p in slices cut at the given offsets (ascending, inside (0, len)). */
+static grpc_byte_buffer *cut_buffer(const uint8_t *p, size_t len, const size_t *cuts, size_t ncuts)
+{
+    grpc_slice s[8];
+    size_t at = 0;
+    for (size_t i = 0; i <= ncuts; i++) {
+        size_t end = i < ncuts ? cuts[i] : len;
+        s[i] = grpc_slice_from_copied_buffer((const char *)p + at, end - at);
+        at = end;
+    }
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, ncuts + 1);
+    for (size_t i = 0; i <= ncuts; i++) grpc_slice_unref(s[i]);
+    return bb;
+}
+
+/* Unpacks wire (len bytes) cut as given and checks it against protobuf-c's own unpack of it. */
+static void expect_same_unpack(const uint8_t *wire, size_t len, const size_t *cuts, size_t ncuts)
+{
+    Gradagg__V1__PushChunk *want = gradagg__v1__push_chunk__unpack(NULL, len, wire);
+    assert_non_null(want);
+    grpc_byte_buffer *bb = cut_buffer(wire, len, cuts, ncuts);
+    ProtobufCMessage *m = NULL;
+    assert_int_equal(ga_wire_unpack(&gradagg__v1__push_chunk__descriptor, bb, &m), GA_OK);
+    Gradagg__V1__PushChunk *got = (Gradagg__V1__PushChunk *)m;
+    assert_string_equal(got->job, want->job);
+    assert_string_equal(got->tensor, want->tensor);
+    assert_int_equal(got->step, want->step);
+    assert_int_equal(got->count, want->count);
+    assert_int_equal(got->codec != NULL, want->codec != NULL);
+    assert_int_equal(got->payload.len, want->payload.len);
+    if (want->payload.len) assert_memory_equal(got->payload.data, want->payload.data, want->payload.len);
+    /* protobuf-c would repack the same bytes */
+    size_t a = protobuf_c_message_get_packed_size(m), b = protobuf_c_message_get_packed_size(&want->base);
+    assert_int_equal(a, b);
+    protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+    gradagg__v1__push_chunk__free_unpacked(want, NULL);
+    grpc_byte_buffer_destroy(bb);
+}
+
+/* A message in several slices unpacks as protobuf-c unpacks it whole, wherever the slices are
+ * cut (inside a tag, a length, the payload; the payload field first, last, twice, or absent),
+ * and a large payload is copied once: the unpack's peak is one payload and a small head, not a
+ * flat copy of the message beside the payload's. */
+static void test_unpack_from_slices(void **state)
+{
+    (void)state;
+    uint8_t payload[300];
+    for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)(i * 7 + 1);
+    Gradagg__V1__Codec codec = GRADAGG__V1__CODEC__INIT;
+    codec.id = GRADAGG__V1__CODEC_ID__CODEC_2BIT;
+    codec.threshold = 0.5f;
+    Gradagg__V1__PushChunk c = GRADAGG__V1__PUSH_CHUNK__INIT;
+    c.job = "job-b", c.tensor = "w", c.step = 300, c.count = 1200, c.codec = &codec;
+    c.payload.data = payload, c.payload.len = sizeof payload;
+    uint8_t wire[1024];
+    size_t len = protobuf_c_message_pack(&c.base, wire);
+    for (size_t cut = 1; cut < len; cut++) expect_same_unpack(wire, len, &cut, 1);
+    for (size_t x = 1; x < 40; x++) {
+        size_t cuts[3] = {x, x + 1, len - x};
+        expect_same_unpack(wire, len, cuts, 3);
+    }
+    /* The payload field before the others, twice (the last one wins), and absent. */
+    uint8_t odd[2048];
+    size_t head = protobuf_c_message_get_packed_size(&c.base) - (sizeof payload + 3); /* tag 0x7a, 2-byte length */
+    memcpy(odd, wire + head, len - head);
+    memcpy(odd + (len - head), wire, head);
+    size_t mid[2] = {5, len - 5};
+    expect_same_unpack(odd, len, mid, 2);
+    memcpy(odd + len, wire + head, len - head);
+    odd[len + 3] ^= 0xff; /* the second copy's first payload byte differs */
+    expect_same_unpack(odd, len + (len - head), mid, 2);
+    c.payload.len = 0;
+    size_t bare = protobuf_c_message_pack(&c.base, wire);
+    expect_same_unpack(wire, bare, mid, 1);
+
+    /* One copy of a 1 MiB payload. */
+    enum { BIG = 1 << 20 };
+    uint8_t *big = malloc(BIG);
+    assert_non_null(big);
+    memset(big, 0x5a, BIG);
+    c.payload.data = big, c.payload.len = BIG;
+    size_t big_len = protobuf_c_message_get_packed_size(&c.base);
+    uint8_t *big_wire = malloc(big_len);
+    assert_int_equal(protobuf_c_message_pack(&c.base, big_wire), big_len);
+    size_t thirds[2] = {big_len / 3, 2 * big_len / 3};
+    grpc_byte_buffer *bb = cut_buffer(big_wire, big_len, thirds, 2);
+    uint64_t before = ga_mem_in_use(GA_MEM_HOST);
+    ga_mem_peak_reset(GA_MEM_HOST);
+    ProtobufCMessage *m = NULL;
+    assert_int_equal(ga_wire_unpack(&gradagg__v1__push_chunk__descriptor, bb, &m), GA_OK);
+    uint64_t peak = ga_mem_peak(GA_MEM_HOST) - before;
+    if (peak > BIG + 4096) fail_msg("unpacking a %d-byte payload took %llu bytes at its peak", BIG, (unsigned long long)peak);
+    assert_int_equal(((Gradagg__V1__PushChunk *)m)->payload.len, BIG);
+    assert_memory_equal(((Gradagg__V1__PushChunk *)m)->payload.data, big, BIG);
+    protobuf_c_message_free_unpacked(m, &ga_wire_allocator);
+    grpc_byte_buffer_destroy(bb);
+    free(big_wire), free(big);
+    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), test_memory_at_start);
+}
+
 int main(void)
 {
     grpc_init();
@@ -445,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_pack_payload_round_trip),
         cmocka_unit_test(test_pack_without_payload),
         cmocka_unit_test(test_unpack_garbage),
+        cmocka_unit_test(test_unpack_from_slices),
         cmocka_unit_test(test_host_memory_returned),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
