@@ -334,12 +334,18 @@ static ga_status unpack_flat(const ProtobufCMessageDescriptor *desc, const grpc_
     return rc;
 }
 
-/* The slices of a byte buffer, each referenced (slices_put releases them); NULL when out of memory. */
-static grpc_slice *slices_get(grpc_byte_buffer_reader *r, size_t *count)
+/* `first` and the reader's other slices, each referenced (slices_put releases them); NULL when
+ * out of memory (every slice released). */
+static grpc_slice *slices_get(grpc_byte_buffer_reader *r, grpc_slice first, size_t *count)
 {
-    size_t n = 0, cap = 16;
+    size_t n = 1, cap = 16;
     grpc_slice *s = ga_malloc(cap * sizeof *s), one;
-    while (s && grpc_byte_buffer_reader_next(r, &one)) {
+    if (!s) {
+        grpc_slice_unref(first);
+        return NULL;
+    }
+    s[0] = first;
+    while (grpc_byte_buffer_reader_next(r, &one)) {
         if (n == cap) {
             grpc_slice *more = ga_malloc(2 * cap * sizeof *s);
             if (!more) {
@@ -369,22 +375,28 @@ ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffe
     if (!desc || !bb || !out) return GA_E_INVAL;
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb)) return GA_E_PROTO; /* undecompressable */
-    size_t total = grpc_byte_buffer_length(r.buffer_out), n = 0;
-    grpc_slice *s = slices_get(&r, &n);
-    grpc_byte_buffer_reader_destroy(&r);
-    if (!s) return GA_E_NOMEM;
+    size_t total = grpc_byte_buffer_length(r.buffer_out);
     ga_status rc;
-    bool walked = false;
-    if (n == 0) {
+    grpc_slice first;
+    if (!grpc_byte_buffer_reader_next(&r, &first)) {
         rc = unpack_bytes(desc, (const uint8_t *)"", 0, out);
-    } else if (n == 1 && GRPC_SLICE_LENGTH(s[0]) == total) {
+    } else if (GRPC_SLICE_LENGTH(first) == total) {
         /* The common small message: one slice, no copy. */
-        rc = unpack_bytes(desc, GRPC_SLICE_START_PTR(s[0]), total, out);
+        rc = unpack_bytes(desc, GRPC_SLICE_START_PTR(first), total, out);
+        grpc_slice_unref(first);
     } else {
-        rc = unpack_split(desc, s, n, total, out, &walked);
-        if (!walked) rc = unpack_flat(desc, s, n, total, out);
+        size_t n;
+        grpc_slice *s = slices_get(&r, first, &n);
+        if (!s) {
+            rc = GA_E_NOMEM;
+        } else {
+            bool walked;
+            rc = unpack_split(desc, s, n, total, out, &walked);
+            if (!walked) rc = unpack_flat(desc, s, n, total, out);
+            slices_put(s, n);
+        }
     }
-    slices_put(s, n);
+    grpc_byte_buffer_reader_destroy(&r);
     return rc;
 }
 

@@ -425,10 +425,8 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
 ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                                    const ga_codec_params *p, const void *payload, size_t len, bool *kept)
 {
-    bool k = false;
-    ga_status rc = accumulate(s, t, offset, count, codec, p, payload, len, true, &k);
-    if (kept) *kept = k;
-    return rc;
+    bool ignored;
+    return accumulate(s, t, offset, count, codec, p, payload, len, true, kept ? kept : &ignored);
 }
 
 ga_status ga_store_discard(ga_store *s)
