@@ -21,24 +21,7 @@
 #include "ga_optim.h"
 #include "ga_reduce.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int count)
-{
-    qsort(v, (size_t)count, sizeof *v, cmp_double);
-    return count % 2 ? v[count / 2] : 0.5 * (v[count / 2 - 1] + v[count / 2]);
-}
+#include "bench_util.h"
 
 /* ---- what is measured ---- */
 
@@ -81,25 +64,6 @@ static const kernel_case cases[] = {
     {"reduce_sum_w4", K_REDUCE_SUM4, GA_CODEC_NONE, 20.0, 0},
 };
 #define CASES (sizeof cases / sizeof cases[0])
-
-static void fill(float *x, size_t n, unsigned seed, float scale)
-{
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed * 40503u;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        x[i] = scale * ((float)(h & 0xFFFFFF) / 16777216.0f - 0.5f);
-    }
-}
-
-/* a[i] += b[i] with `threads` threads: 12 bytes per element. Returns seconds. */
-static double run_bandwidth(float *a, const float *b, size_t n, int threads)
-{
-    double t0 = now_s();
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (size_t i = 0; i < n; i++) a[i] += b[i];
-    return now_s() - t0;
-}
 
 static int run_case(const kernel_case *kc, bench_buffers *bb, const ga_exec *ex, int rep)
 {
@@ -153,9 +117,9 @@ static void plain_2bit_encode(const float *g, float *r, size_t n, float t, uint8
 /* Copies `bytes` device to device and waits: returns seconds (a copy moves 2 x bytes). */
 static double run_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (ga_device_copy(ex, dst, src, bytes) != GA_OK || ga_exec_sync(ex) != GA_OK) return NAN;
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 /* Mirrors the host buffers on the device (dev->payload too); the device float buffers are also
@@ -218,10 +182,10 @@ static void bench_cuda(const bench_buffers *host, int reps, FILE *json)
         if (rc == GA_OK) rc = ga_exec_sync(&ex);
         for (int r = 0; r < reps && rc == GA_OK; r++) {
             copy_times[r] = run_device_copy(&ex, dev.state_b, dev.inputs[3], bytes);
-            double t0 = now_s();
+            double t0 = bench_now_s();
             rc = run_case(kc, &dev, &ex, r);
             if (rc == GA_OK) rc = ga_exec_sync(&ex);
-            times[r] = now_s() - t0;
+            times[r] = bench_now_s() - t0;
         }
         if (rc != GA_OK) {
             printf("%-24s %10s (%s)\n", kc->name, "-", ga_status_name(rc));
@@ -229,7 +193,7 @@ static void bench_cuda(const bench_buffers *host, int reps, FILE *json)
                               k + 1 < CASES ? "," : "");
             continue;
         }
-        double t = median(times, reps), copy_bw = 2.0 * (double)bytes / median(copy_times, reps);
+        double t = bench_median(times, reps), copy_bw = 2.0 * (double)bytes / bench_median(copy_times, reps);
         double fraction = kc->floor_bytes_per_elem * (double)dev.n / copy_bw / t;
         printf("%-24s %10.3f %10.1f %10.1f %12.3f\n", kc->name, 1e3 * t, 4e-9 * (double)dev.n / t, 1e-9 * copy_bw,
                fraction);
@@ -277,7 +241,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i] = ga_malloc(n * sizeof(float));
         if (!*bufs[i]) return fprintf(stderr, "out of memory\n"), 1;
-        fill(*bufs[i], n, (unsigned)i + 1, i == 0 ? 2.0f : 0.5f);
+        bench_fill(*bufs[i], n, (unsigned)i + 1, i == 0 ? 2.0f : 0.5f);
     }
     bb.payload = ga_malloc(bb.payload_cap);
     if (!bb.payload) return fprintf(stderr, "out of memory\n"), 1;
@@ -294,8 +258,8 @@ int main(int argc, char **argv)
            4e-6 * (double)n, reps, ga_simd_name(ga_cpu_simd()));
     for (int c = 0; c < configs; c++) {
         int threads = thread_counts[c];
-        for (int r = 0; r < reps; r++) times[r] = run_bandwidth(bb.state_a, bb.state_b, n, threads);
-        bandwidth[c] = 12.0 * (double)n / median(times, reps);
+        for (int r = 0; r < reps; r++) times[r] = bench_host_bandwidth_run(bb.state_a, bb.state_b, n, threads);
+        bandwidth[c] = 12.0 * (double)n / bench_median(times, reps);
         printf("\nthreads = %d: memory bandwidth (a += b) %.1f GB/s\n", threads, 1e-9 * bandwidth[c]);
         printf("%-24s %10s %10s %10s %12s %8s\n", "kernel", "ms", "GB/s fp32", "bw GB/s", "floor frac", "target");
         ga_exec ex = GA_EXEC_CPU_INIT;
@@ -311,10 +275,10 @@ int main(int argc, char **argv)
             double bw_times[64];
             for (int r = 0; r < reps && rc == GA_OK; r++) {
                 if (kc->kind == K_ENCODE && kc->codec == GA_CODEC_TOPK) memset(bb.residual, 0, 4 * n);
-                bw_times[r] = run_bandwidth(bb.state_b, bb.inputs[3], n, threads);
-                double t0 = now_s();
+                bw_times[r] = bench_host_bandwidth_run(bb.state_b, bb.inputs[3], n, threads);
+                double t0 = bench_now_s();
                 rc = run_case(kc, &bb, &ex, r);
-                times[r] = now_s() - t0;
+                times[r] = bench_now_s() - t0;
             }
             result *res = &results[nres++];
             res->name = kc->name;
@@ -326,7 +290,7 @@ int main(int argc, char **argv)
                 printf("%-24s %10s (%s)\n", kc->name, "-", res->status);
                 continue;
             }
-            double t = median(times, reps), bw = 12.0 * (double)n / median(bw_times, reps);
+            double t = bench_median(times, reps), bw = 12.0 * (double)n / bench_median(bw_times, reps);
             res->ms = 1e3 * t;
             res->gbps = 4e-9 * (double)n / t;
             res->bandwidth = bw;
@@ -349,23 +313,23 @@ int main(int argc, char **argv)
     for (int s = 0; s < 2; s++) {
         int iters = 20000;
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int i = 0; i < iters; i++)
                 ga_codec_encode(small_exs[s], GA_CODEC_2BIT, &p2, bb.grad, bb.residual, small, bb.payload,
                                 bb.payload_cap, &bb.payload_len);
-            times[r] = (now_s() - t0) / iters;
+            times[r] = (bench_now_s() - t0) / iters;
         }
-        small_ns[s] = 1e9 * median(times, reps);
+        small_ns[s] = 1e9 * bench_median(times, reps);
     }
     double plain_ns;
     {
         int iters = 20000;
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int i = 0; i < iters; i++) plain_2bit_encode(bb.grad, bb.residual, small, p2.threshold, bb.payload);
-            times[r] = (now_s() - t0) / iters;
+            times[r] = (bench_now_s() - t0) / iters;
         }
-        plain_ns = 1e9 * median(times, reps);
+        plain_ns = 1e9 * bench_median(times, reps);
     }
     printf("\nsmall tensor, 2bit encode of 1 KB: %.0f ns with all %d threads allowed, %.0f ns pinned to one thread, "
            "%.0f ns as a plain single-threaded loop (ratio to the plain loop %.2f, must be <= 1)\n",

@@ -1,0 +1,466 @@
+/* The store's step on one backend (issue 6, item 4: W = 8 pushes of a 100M-element tensor on a
+ * GPU): the decode of every push, their sum in rank order and the optimizer. Two rows per codec:
+ *
+ *   kernels  the apply's kernel sequence (service/store_publish.c) with every payload already
+ *            where the backend computes (device memory on CUDA): per gradient block, zero the
+ *            block, decode_add each push's slice of it in rank order, then the optimizer on it.
+ *            Floor: the bytes that must cross memory (each payload read once, the parameters
+ *            and optimizer state read and written once; the block stays in cache) divided by
+ *            the memory bandwidth measured in the same run (CPU: a += b; CUDA: a device-to-
+ *            device copy).
+ *   store    what the server runs: W x ga_store_accumulate_lent from host payloads (pinned on
+ *            CUDA unless --pageable), then ga_store_apply_in_place (which also publishes the
+ *            fp32 values: in place on the CPU, copied to the host on CUDA). Floor: the larger of the memory floor and, on CUDA, the
+ *            payloads' bytes at the measured host-to-device rate plus the publication's bytes
+ *            at the measured device-to-host rate.
+ *
+ * Each row prints the median step time, GB/s of fp32 gradients aggregated (W x n x 4 bytes per
+ * step), GB/s through memory, and floor / time (1.0 = at the limit). The parameters both rows
+ * reach after the same steps are compared bit for bit: a difference exits 1, as does any error.
+ *
+ * Usage: bench_store [--backend cpu|cuda] [--world W] [--n N] [--codecs none,fp16,2bit,topk]
+ *                    [--optim sgd|adam] [--block ELEMS] [--reps R] [--pageable] [--json FILE] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ga_alloc.h"
+#include "ga_codec.h"
+#include "ga_optim.h"
+#include "store.h"
+
+#include "bench_util.h"
+
+#define MAX_WORLD 64
+#define MAX_REPS 64
+#define MAX_CODECS 8
+
+typedef struct options {
+    ga_backend backend;
+    int world, reps;
+    size_t n, block;
+    ga_optim_kind optim;
+    bool pageable;
+    ga_codec_id codecs[MAX_CODECS];
+    int ncodecs;
+    const char *json;
+} options;
+
+/* W encoded pushes of one codec, in host memory (pinned on CUDA unless pageable), and on CUDA a
+ * device copy of each for the kernels row. */
+typedef struct pushes {
+    ga_codec_id codec;
+    ga_codec_params params;
+    void *host[MAX_WORLD];
+    void *dev[MAX_WORLD];
+    size_t len[MAX_WORLD], cap;
+    bool pinned;
+} pushes;
+
+/* The limits measured in this run. */
+typedef struct limits {
+    double memory_bps; /* bytes per second through memory (read + write counted) */
+    double h2d_bps, d2h_bps; /* CUDA: pinned host <-> device */
+} limits;
+
+static const ga_exec *exec_of(const options *o)
+{
+    static const ga_exec cpu = GA_EXEC_CPU_INIT, cuda = GA_EXEC_CUDA_INIT;
+    return o->backend == GA_BACKEND_CUDA ? &cuda : &cpu;
+}
+
+static ga_status compute_alloc(const options *o, size_t bytes, void **out)
+{
+    if (o->backend == GA_BACKEND_CUDA) return ga_device_malloc(bytes, out);
+    *out = ga_malloc(bytes);
+    return *out ? GA_OK : GA_E_NOMEM;
+}
+
+static void compute_free(const options *o, void *p)
+{
+    if (o->backend == GA_BACKEND_CUDA) ga_device_free(p);
+    else ga_free(p);
+}
+
+/* ---- limits ---- */
+
+static double timed_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    double t0 = bench_now_s();
+    if (ga_device_copy(ex, dst, src, bytes) != GA_OK || ga_exec_sync(ex) != GA_OK) return NAN;
+    return bench_now_s() - t0;
+}
+
+static ga_status measure_limits(const options *o, limits *lim)
+{
+    size_t n = o->n < ((size_t)64 << 20) ? o->n : ((size_t)64 << 20), bytes = n * sizeof(float);
+    double t[MAX_REPS];
+    memset(lim, 0, sizeof *lim);
+    if (o->backend == GA_BACKEND_CPU) {
+        float *a = ga_malloc(bytes), *b = ga_malloc(bytes);
+        if (!a || !b) return ga_free(a), ga_free(b), GA_E_NOMEM;
+        bench_fill(a, n, 1, 1.0f), bench_fill(b, n, 2, 1.0f);
+        for (int r = 0; r < o->reps; r++) t[r] = bench_host_bandwidth_run(a, b, n, omp_get_max_threads());
+        lim->memory_bps = 12.0 * (double)n / bench_median(t, o->reps);
+        ga_free(a), ga_free(b);
+        return GA_OK;
+    }
+    const ga_exec *ex = exec_of(o);
+    void *d0 = NULL, *d1 = NULL, *h = NULL;
+    ga_status rc = ga_device_malloc(bytes, &d0);
+    if (rc == GA_OK) rc = ga_device_malloc(bytes, &d1);
+    if (rc == GA_OK) rc = ga_pinned_malloc(bytes, &h);
+    if (rc == GA_OK) memset(h, 0, bytes);
+    double *rates[3] = {&lim->memory_bps, &lim->h2d_bps, &lim->d2h_bps};
+    void *dst[3] = {d1, d0, h};
+    const void *src[3] = {d0, h, d0};
+    double moved[3] = {2.0 * (double)bytes, (double)bytes, (double)bytes};
+    for (int k = 0; k < 3 && rc == GA_OK; k++) {
+        timed_copy(ex, dst[k], src[k], bytes); /* warm-up */
+        for (int r = 0; r < o->reps; r++) t[r] = timed_copy(ex, dst[k], src[k], bytes);
+        double m = bench_median(t, o->reps);
+        if (isnan(m)) rc = GA_E_CUDA;
+        *rates[k] = moved[k] / m;
+    }
+    ga_device_free(d0), ga_device_free(d1), ga_pinned_free(h);
+    return rc;
+}
+
+/* ---- the pushes ---- */
+
+static void pushes_free(const options *o, pushes *p)
+{
+    for (int r = 0; r < o->world; r++) {
+        if (p->pinned) ga_pinned_free(p->host[r]);
+        else ga_free(p->host[r]);
+        ga_device_free(p->dev[r]);
+    }
+    memset(p, 0, sizeof *p);
+}
+
+/* Rank r's gradients are a fixed pattern of seed r + 1, encoded on the CPU with a zero residual. */
+static ga_status pushes_make(const options *o, ga_codec_id codec, pushes *p)
+{
+    memset(p, 0, sizeof *p);
+    p->codec = codec;
+    p->params = ga_codec_params_default(codec);
+    p->pinned = o->backend == GA_BACKEND_CUDA && !o->pageable;
+    GA_CHECK(ga_codec_encoded_size(codec, &p->params, o->n, &p->cap));
+    float *grad = ga_malloc(o->n * sizeof(float)), *residual = ga_calloc(o->n, sizeof(float));
+    ga_status rc = grad && residual ? GA_OK : GA_E_NOMEM;
+    ga_exec cpu = GA_EXEC_CPU_INIT;
+    for (int r = 0; r < o->world && rc == GA_OK; r++) {
+        if (p->pinned) rc = ga_pinned_malloc(p->cap, &p->host[r]);
+        else rc = (p->host[r] = ga_malloc(p->cap)) ? GA_OK : GA_E_NOMEM;
+        if (rc != GA_OK) break;
+        bench_fill(grad, o->n, (unsigned)r + 1, 2.0f);
+        if (ga_codec_has_residual(codec)) memset(residual, 0, o->n * sizeof(float));
+        rc = ga_codec_encode(&cpu, codec, &p->params, grad, ga_codec_has_residual(codec) ? residual : NULL, o->n,
+                             p->host[r], p->cap, &p->len[r]);
+        if (rc == GA_OK && o->backend == GA_BACKEND_CUDA) rc = ga_device_malloc(p->cap, &p->dev[r]);
+        if (rc == GA_OK && o->backend == GA_BACKEND_CUDA)
+            rc = ga_device_copy(exec_of(o), p->dev[r], p->host[r], p->len[r]);
+    }
+    if (rc == GA_OK) rc = ga_exec_sync(exec_of(o));
+    ga_free(grad), ga_free(residual);
+    if (rc != GA_OK) pushes_free(o, p);
+    return rc;
+}
+
+/* ---- the kernels row ---- */
+
+typedef struct kernel_state {
+    float *params, *state0, *state1, *grad, *zeros;
+    size_t block;
+    uint64_t adam_t;
+} kernel_state;
+
+static ga_sgd_params sgd_params(void)
+{
+    return (ga_sgd_params){.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = false};
+}
+
+static ga_adam_params adam_params(void)
+{
+    return (ga_adam_params){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+}
+
+static ga_status kernel_step(const options *o, const pushes *p, kernel_state *k)
+{
+    const ga_exec *ex = exec_of(o);
+    bool in_order = ga_codec_in_order(p->codec);
+    size_t block = in_order ? k->block : o->n; /* as the store: top-k is decoded whole */
+    ga_sgd_params sgd = sgd_params();
+    ga_adam_params adam = adam_params();
+    k->adam_t++;
+    for (size_t at = 0; at < o->n; at += block) {
+        size_t m = o->n - at < block ? o->n - at : block;
+        GA_CHECK(ga_device_copy(ex, k->grad, k->zeros, m * sizeof(float)));
+        for (int r = 0; r < o->world; r++) {
+            size_t off = 0, len = p->len[r];
+            if (m < o->n) GA_CHECK(ga_codec_payload_range(p->codec, &p->params, o->n, at, m, &off, &len));
+            const uint8_t *src = (const uint8_t *)(o->backend == GA_BACKEND_CUDA ? p->dev[r] : p->host[r]) + off;
+            GA_CHECK(ga_codec_decode_add(ex, p->codec, &p->params, src, len, m, k->grad));
+        }
+        if (o->optim == GA_OPTIM_SGD) GA_CHECK(ga_sgd_step(ex, &sgd, k->params + at, k->state0 + at, k->grad, m));
+        else
+            GA_CHECK(ga_adam_step(ex, &adam, k->adam_t, k->params + at, k->state0 + at, k->state1 + at, k->grad, m));
+    }
+    return ga_exec_sync(ex);
+}
+
+static void kernel_state_free(const options *o, kernel_state *k)
+{
+    compute_free(o, k->params), compute_free(o, k->state0), compute_free(o, k->state1);
+    compute_free(o, k->grad), compute_free(o, k->zeros);
+    memset(k, 0, sizeof *k);
+}
+
+/* Parameters and state start at zero, as the store's do with no initial values. */
+static ga_status kernel_state_make(const options *o, const pushes *p, kernel_state *k)
+{
+    memset(k, 0, sizeof *k);
+    k->block = ga_codec_in_order(p->codec) ? o->block : o->n;
+    size_t bytes = o->n * sizeof(float), zb = k->block * sizeof(float);
+    float *host_zeros = ga_calloc(o->n, sizeof(float));
+    float **bufs[] = {&k->params, &k->state0, &k->state1, &k->grad, &k->zeros};
+    size_t sizes[] = {bytes, bytes, o->optim == GA_OPTIM_ADAM ? bytes : 0, zb, zb};
+    ga_status rc = host_zeros ? GA_OK : GA_E_NOMEM;
+    for (size_t i = 0; i < 5 && rc == GA_OK; i++) {
+        if (!sizes[i]) continue;
+        void *q = NULL;
+        rc = compute_alloc(o, sizes[i], &q);
+        *bufs[i] = q;
+        if (rc == GA_OK) rc = ga_device_copy(exec_of(o), q, host_zeros, sizes[i]);
+    }
+    if (rc == GA_OK) rc = ga_exec_sync(exec_of(o));
+    ga_free(host_zeros);
+    if (rc != GA_OK) kernel_state_free(o, k);
+    return rc;
+}
+
+/* ---- the store row ---- */
+
+/* The store, and the one reference to its tensor's latest publication that the caller of
+ * ga_store_apply_in_place keeps (as the server's core does). */
+typedef struct store_row {
+    ga_store *s;
+    ga_published latest;
+} store_row;
+
+static ga_status store_make(const options *o, store_row *sr)
+{
+    ga_store_config cfg = {.backend = o->backend, .optim = o->optim, .sgd = sgd_params(), .adam = adam_params(),
+                           .pull_codec = GA_CODEC_NONE, .piece_elems = (size_t)1 << 22, .block_elems = o->block};
+    memset(sr, 0, sizeof *sr);
+    GA_CHECK(ga_store_create(&cfg, &sr->s));
+    uint32_t index;
+    ga_status rc = ga_store_add_tensor(sr->s, o->n, NULL, &index, &sr->latest);
+    if (rc != GA_OK) ga_store_destroy(sr->s), sr->s = NULL;
+    return rc;
+}
+
+static void store_free(store_row *sr)
+{
+    ga_published_clear(&sr->latest);
+    ga_store_destroy(sr->s);
+}
+
+/* W pushes lent to the store, then the apply. Seconds of each phase in acc_s and apply_s. */
+static ga_status store_step(const options *o, const pushes *p, store_row *sr, double *acc_s, double *apply_s)
+{
+    double t0 = bench_now_s();
+    for (int r = 0; r < o->world; r++) {
+        bool kept;
+        GA_CHECK(ga_store_accumulate_lent(sr->s, 0, 0, o->n, p->codec, &p->params, p->host[r], p->len[r], &kept));
+    }
+    double t1 = bench_now_s();
+    ga_published pub;
+    GA_CHECK(ga_store_apply_in_place(sr->s, (uint32_t)o->world, &pub));
+    *apply_s = bench_now_s() - t1;
+    *acc_s = t1 - t0;
+    ga_published_clear(&sr->latest);
+    sr->latest = pub;
+    return GA_OK;
+}
+
+/* ---- one codec ---- */
+
+typedef struct row_result {
+    double step_s, acc_s, apply_s, floor_s;
+} row_result;
+
+static double optim_bytes(const options *o)
+{
+    return (o->optim == GA_OPTIM_ADAM ? 24.0 : 16.0) * (double)o->n; /* params + state, read and written */
+}
+
+static void print_row(const options *o, const char *codec, const char *row, const row_result *r, double memory_bytes)
+{
+    double fp32 = 4.0 * (double)o->world * (double)o->n;
+    printf("%-6s %-8s %10.3f %10.3f %10.3f %10.1f %10.1f %10.3f\n", codec, row, 1e3 * r->step_s, 1e3 * r->acc_s,
+           1e3 * r->apply_s, 1e-9 * fp32 / r->step_s, 1e-9 * memory_bytes / r->step_s, r->floor_s / r->step_s);
+}
+
+static void json_row(FILE *f, const char *codec, const char *row, const row_result *r, double memory_bytes,
+                     const options *o, bool *first)
+{
+    if (!f) return;
+    fprintf(f, "%s    {\"codec\": \"%s\", \"row\": \"%s\", \"step_ms\": %.4f, \"accumulate_ms\": %.4f, "
+               "\"apply_ms\": %.4f, \"fp32_gbps\": %.3f, \"memory_gbps\": %.3f, \"floor_fraction\": %.4f}",
+            *first ? "" : ",\n", codec, row, 1e3 * r->step_s, 1e3 * r->acc_s, 1e3 * r->apply_s,
+            4e-9 * (double)o->world * (double)o->n / r->step_s, 1e-9 * memory_bytes / r->step_s,
+            r->floor_s / r->step_s);
+    *first = false;
+}
+
+static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FILE *json, bool *first)
+{
+    pushes p;
+    kernel_state k;
+    store_row sr = {0};
+    const char *name = ga_codec_name(codec);
+    ga_status rc = pushes_make(o, codec, &p);
+    if (rc != GA_OK) {
+        fprintf(stderr, "%s: making the pushes: %s\n", name, ga_status_name(rc));
+        return 1;
+    }
+    rc = kernel_state_make(o, &p, &k);
+    if (rc == GA_OK) rc = store_make(o, &sr);
+    double ks[MAX_REPS], ss[MAX_REPS], as[MAX_REPS], ps[MAX_REPS];
+    /* One warm-up step each, then the rows interleaved step by step (the machine drifts). */
+    for (int r = -1; r < o->reps && rc == GA_OK; r++) {
+        double t0 = bench_now_s(), acc = 0, apply = 0;
+        rc = kernel_step(o, &p, &k);
+        double t1 = bench_now_s();
+        if (rc == GA_OK) rc = store_step(o, &p, &sr, &acc, &apply);
+        if (r < 0) continue;
+        ks[r] = t1 - t0, ss[r] = acc + apply, as[r] = acc, ps[r] = apply;
+    }
+    int bad = rc != GA_OK;
+    if (bad) fprintf(stderr, "%s: %s\n", name, ga_status_name(rc));
+
+    /* Both rows ran the same steps: their parameters must be the same bits. */
+    float *mine = ga_malloc(o->n * sizeof(float)), *theirs = ga_malloc(o->n * sizeof(float));
+    if (!bad && (!mine || !theirs)) bad = 1, fprintf(stderr, "%s: out of memory comparing\n", name);
+    if (!bad) {
+        rc = ga_device_copy(exec_of(o), mine, k.params, o->n * sizeof(float));
+        if (rc == GA_OK) rc = ga_exec_sync(exec_of(o));
+        if (rc == GA_OK) rc = ga_store_read(sr.s, 0, GA_STORE_BUF_PARAMS, 0, o->n, theirs);
+        if (rc != GA_OK) bad = 1, fprintf(stderr, "%s: reading the parameters: %s\n", name, ga_status_name(rc));
+        else if (memcmp(mine, theirs, o->n * sizeof(float)) != 0)
+            bad = 1, fprintf(stderr, "%s: the store's parameters differ from the kernel sequence's\n", name);
+    }
+    if (!bad) {
+        double payload = 0;
+        for (int r = 0; r < o->world; r++) payload += (double)p.len[r];
+        double memory_bytes = payload + optim_bytes(o), memory_floor = memory_bytes / lim->memory_bps;
+        row_result kr = {bench_median(ks, o->reps), 0, 0, memory_floor};
+        kr.apply_s = kr.step_s;
+        row_result sr = {bench_median(ss, o->reps), bench_median(as, o->reps), bench_median(ps, o->reps),
+                         memory_floor};
+        if (o->backend == GA_BACKEND_CUDA) {
+            double link = payload / lim->h2d_bps + 4.0 * (double)o->n / lim->d2h_bps;
+            sr.floor_s = link > memory_floor ? link : memory_floor;
+        }
+        print_row(o, name, "kernels", &kr, memory_bytes);
+        print_row(o, name, "store", &sr, memory_bytes);
+        json_row(json, name, "kernels", &kr, memory_bytes, o, first);
+        json_row(json, name, "store", &sr, memory_bytes, o, first);
+    }
+    ga_free(mine), ga_free(theirs);
+    store_free(&sr);
+    kernel_state_free(o, &k);
+    pushes_free(o, &p);
+    return bad;
+}
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--backend cpu|cuda] [--world W] [--n N] [--codecs none,fp16,2bit,topk] [--optim sgd|adam]\n"
+            "          [--block ELEMS] [--reps R] [--pageable] [--json FILE]\n",
+            argv0);
+    return 2;
+}
+
+static bool parse_codecs(char *list, options *o)
+{
+    o->ncodecs = 0;
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->ncodecs == MAX_CODECS || ga_codec_from_name(tok, &o->codecs[o->ncodecs]) != GA_OK) return false;
+        o->ncodecs++;
+    }
+    return o->ncodecs > 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.backend = GA_BACKEND_CPU, .world = 8, .reps = 5, .n = 100u * 1000u * 1000u,
+                 .block = GA_STORE_BLOCK_ELEMS, .optim = GA_OPTIM_SGD};
+    char default_codecs[] = "none,fp16,2bit,topk";
+    char *codecs = default_codecs;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--pageable")) {
+            o.pageable = true;
+            continue;
+        }
+        if (!v) return usage(argv[0]);
+        i++;
+        if (!strcmp(a, "--backend") && (!strcmp(v, "cpu") || !strcmp(v, "cuda")))
+            o.backend = !strcmp(v, "cuda") ? GA_BACKEND_CUDA : GA_BACKEND_CPU;
+        else if (!strcmp(a, "--world")) o.world = atoi(v);
+        else if (!strcmp(a, "--n")) o.n = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--codecs")) codecs = argv[i];
+        else if (!strcmp(a, "--optim") && (!strcmp(v, "sgd") || !strcmp(v, "adam")))
+            o.optim = !strcmp(v, "adam") ? GA_OPTIM_ADAM : GA_OPTIM_SGD;
+        else if (!strcmp(a, "--block")) o.block = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--json")) o.json = v;
+        else return usage(argv[0]);
+    }
+    if (o.world < 1 || o.world > MAX_WORLD || o.n == 0 || o.reps < 1 || o.reps > MAX_REPS || !parse_codecs(codecs, &o) ||
+        o.block == 0 || o.block % GA_STORE_PIECE_ALIGN != 0)
+        return usage(argv[0]);
+    if (o.backend == GA_BACKEND_CUDA && ga_cuda_device_count() == 0) {
+        printf("bench_store: %s: CUDA rows skipped\n", ga_cuda_built() ? "no device" : "built without CUDA");
+        return 0;
+    }
+
+    limits lim;
+    ga_status rc = measure_limits(&o, &lim);
+    if (rc != GA_OK) return fprintf(stderr, "measuring the limits: %s\n", ga_status_name(rc)), 1;
+    printf("gradagg store step on %s: W = %d pushes of n = %zu elements, %s, block %zu, median of %d steps\n",
+           o.backend == GA_BACKEND_CUDA ? "CUDA" : "the CPU", o.world, o.n, o.optim == GA_OPTIM_ADAM ? "Adam" : "SGD",
+           o.block, o.reps);
+    if (o.backend == GA_BACKEND_CUDA)
+        printf("limits: device copy %.1f GB/s, host->device %.1f GB/s, device->host %.1f GB/s (%s payloads)\n",
+               1e-9 * lim.memory_bps, 1e-9 * lim.h2d_bps, 1e-9 * lim.d2h_bps, o.pageable ? "pageable" : "pinned");
+    else printf("limits: memory (a += b, %d threads) %.1f GB/s\n", omp_get_max_threads(), 1e-9 * lim.memory_bps);
+    printf("%-6s %-8s %10s %10s %10s %10s %10s %10s\n", "codec", "row", "step ms", "push ms", "apply ms", "fp32 GB/s",
+           "mem GB/s", "floor frac");
+
+    FILE *json = NULL;
+    if (o.json && !(json = fopen(o.json, "w"))) return perror(o.json), 1;
+    if (json)
+        fprintf(json, "{\n  \"backend\": \"%s\", \"world\": %d, \"n\": %zu, \"block\": %zu, \"optim\": \"%s\", "
+                      "\"reps\": %d, \"pinned\": %s,\n  \"memory_gbps\": %.2f, \"h2d_gbps\": %.2f, \"d2h_gbps\": %.2f,\n"
+                      "  \"rows\": [\n",
+                o.backend == GA_BACKEND_CUDA ? "cuda" : "cpu", o.world, o.n, o.block,
+                o.optim == GA_OPTIM_ADAM ? "adam" : "sgd", o.reps,
+                o.backend == GA_BACKEND_CUDA && !o.pageable ? "true" : "false", 1e-9 * lim.memory_bps,
+                1e-9 * lim.h2d_bps, 1e-9 * lim.d2h_bps);
+    int bad = 0;
+    bool first = true;
+    for (int c = 0; c < o.ncodecs; c++) bad |= run_codec(&o, o.codecs[c], &lim, json, &first);
+    if (json) {
+        fprintf(json, "\n  ]\n}\n");
+        fclose(json);
+    }
+    return bad;
+}
