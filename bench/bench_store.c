@@ -61,10 +61,12 @@ typedef struct pushes {
     bool pinned;
 } pushes;
 
-/* The limits measured in this run. */
+/* The limits measured in this run, and the buffers the memory rate is measured on again before
+ * every step (the machine drifts; the floors use the median of those runs). */
 typedef struct limits {
-    double memory_bps; /* bytes per second through memory (read + write counted) */
-    double h2d_bps, d2h_bps; /* CUDA: pinned host <-> device */
+    double h2d_bps, d2h_bps; /* CUDA: pinned host <-> device, bytes per second */
+    void *a, *b, *pinned;    /* memory_elems floats each: host (CPU) or device (CUDA); pinned: CUDA */
+    size_t memory_elems;
 } limits;
 
 static const ga_exec *exec_of(const options *o)
@@ -95,38 +97,53 @@ static double timed_copy(const ga_exec *ex, void *dst, const void *src, size_t b
     return bench_now_s() - t0;
 }
 
-static ga_status measure_limits(const options *o, limits *lim)
+/* One memory-rate run, in bytes per second through memory (reads and writes counted): a += b
+ * on the CPU, a device-to-device copy on CUDA. NAN on a CUDA error. */
+static double memory_run(const options *o, const limits *lim)
 {
-    size_t n = o->n < ((size_t)64 << 20) ? o->n : ((size_t)64 << 20), bytes = n * sizeof(float);
-    double t[MAX_REPS];
+    size_t n = lim->memory_elems;
+    if (o->backend == GA_BACKEND_CPU)
+        return 12.0 * (double)n / bench_host_bandwidth_run(lim->a, lim->b, n, omp_get_max_threads());
+    return 2.0 * (double)(n * sizeof(float)) / timed_copy(exec_of(o), lim->a, lim->b, n * sizeof(float));
+}
+
+static void limits_free(const options *o, limits *lim)
+{
+    compute_free(o, lim->a), compute_free(o, lim->b);
+    ga_pinned_free(lim->pinned);
     memset(lim, 0, sizeof *lim);
-    if (o->backend == GA_BACKEND_CPU) {
-        float *a = ga_malloc(bytes), *b = ga_malloc(bytes);
-        if (!a || !b) return ga_free(a), ga_free(b), GA_E_NOMEM;
-        bench_fill(a, n, 1, 1.0f), bench_fill(b, n, 2, 1.0f);
-        for (int r = 0; r < o->reps; r++) t[r] = bench_host_bandwidth_run(a, b, n, omp_get_max_threads());
-        lim->memory_bps = 12.0 * (double)n / bench_median(t, o->reps);
-        ga_free(a), ga_free(b);
-        return GA_OK;
+}
+
+/* The buffers (64M floats at most), and on CUDA the pinned host <-> device rates. */
+static ga_status limits_make(const options *o, limits *lim)
+{
+    memset(lim, 0, sizeof *lim);
+    lim->memory_elems = o->n < ((size_t)64 << 20) ? o->n : ((size_t)64 << 20);
+    size_t bytes = lim->memory_elems * sizeof(float);
+    float *host = ga_malloc(bytes);
+    ga_status rc = host ? GA_OK : GA_E_NOMEM;
+    if (rc == GA_OK) rc = compute_alloc(o, bytes, &lim->a);
+    if (rc == GA_OK) rc = compute_alloc(o, bytes, &lim->b);
+    for (unsigned k = 0; k < 2 && rc == GA_OK; k++) {
+        bench_fill(host, lim->memory_elems, k + 1, 1.0f);
+        rc = ga_device_copy(exec_of(o), k ? lim->b : lim->a, host, bytes);
     }
-    const ga_exec *ex = exec_of(o);
-    void *d0 = NULL, *d1 = NULL, *h = NULL;
-    ga_status rc = ga_device_malloc(bytes, &d0);
-    if (rc == GA_OK) rc = ga_device_malloc(bytes, &d1);
-    if (rc == GA_OK) rc = ga_pinned_malloc(bytes, &h);
-    if (rc == GA_OK) memset(h, 0, bytes);
-    double *rates[3] = {&lim->memory_bps, &lim->h2d_bps, &lim->d2h_bps};
-    void *dst[3] = {d1, d0, h};
-    const void *src[3] = {d0, h, d0};
-    double moved[3] = {2.0 * (double)bytes, (double)bytes, (double)bytes};
-    for (int k = 0; k < 3 && rc == GA_OK; k++) {
-        timed_copy(ex, dst[k], src[k], bytes); /* warm-up */
-        for (int r = 0; r < o->reps; r++) t[r] = timed_copy(ex, dst[k], src[k], bytes);
-        double m = bench_median(t, o->reps);
-        if (isnan(m)) rc = GA_E_CUDA;
-        *rates[k] = moved[k] / m;
+    ga_free(host);
+    if (rc == GA_OK && o->backend == GA_BACKEND_CUDA) {
+        rc = ga_pinned_malloc(bytes, &lim->pinned);
+        if (rc == GA_OK) memset(lim->pinned, 0, bytes);
+        double t[MAX_REPS], *rates[2] = {&lim->h2d_bps, &lim->d2h_bps};
+        void *dst[2] = {lim->a, lim->pinned};
+        const void *src[2] = {lim->pinned, lim->a};
+        for (int k = 0; k < 2 && rc == GA_OK; k++) {
+            timed_copy(exec_of(o), dst[k], src[k], bytes); /* warm-up */
+            for (int r = 0; r < o->reps; r++) t[r] = timed_copy(exec_of(o), dst[k], src[k], bytes);
+            double m = bench_median(t, o->reps);
+            if (isnan(m)) rc = GA_E_CUDA;
+            *rates[k] = (double)bytes / m;
+        }
     }
-    ga_device_free(d0), ga_device_free(d1), ga_pinned_free(h);
+    if (rc != GA_OK) limits_free(o, lim);
     return rc;
 }
 
@@ -299,21 +316,24 @@ static double optim_bytes(const options *o)
     return (o->optim == GA_OPTIM_ADAM ? 24.0 : 16.0) * (double)o->n; /* params + state, read and written */
 }
 
-static void print_row(const options *o, const char *codec, const char *row, const row_result *r, double memory_bytes)
+static void print_row(const options *o, const char *codec, const char *row, const row_result *r, double memory_bytes,
+                      double memory_bps)
 {
     double fp32 = 4.0 * (double)o->world * (double)o->n;
-    printf("%-6s %-8s %10.3f %10.3f %10.3f %10.1f %10.1f %10.3f\n", codec, row, 1e3 * r->step_s, 1e3 * r->acc_s,
-           1e3 * r->apply_s, 1e-9 * fp32 / r->step_s, 1e-9 * memory_bytes / r->step_s, r->floor_s / r->step_s);
+    printf("%-6s %-8s %10.3f %10.3f %10.3f %10.1f %10.1f %10.1f %10.3f\n", codec, row, 1e3 * r->step_s,
+           1e3 * r->acc_s, 1e3 * r->apply_s, 1e-9 * fp32 / r->step_s, 1e-9 * memory_bytes / r->step_s,
+           1e-9 * memory_bps, r->floor_s / r->step_s);
 }
 
 static void json_row(FILE *f, const char *codec, const char *row, const row_result *r, double memory_bytes,
-                     const options *o, bool *first)
+                     double memory_bps, const options *o, bool *first)
 {
     if (!f) return;
     fprintf(f, "%s    {\"codec\": \"%s\", \"row\": \"%s\", \"step_ms\": %.4f, \"accumulate_ms\": %.4f, "
-               "\"apply_ms\": %.4f, \"fp32_gbps\": %.3f, \"memory_gbps\": %.3f, \"floor_fraction\": %.4f}",
+               "\"apply_ms\": %.4f, \"fp32_gbps\": %.3f, \"memory_gbps\": %.3f, \"memory_limit_gbps\": %.3f, "
+               "\"floor_fraction\": %.4f}",
             *first ? "" : ",\n", codec, row, 1e3 * r->step_s, 1e3 * r->acc_s, 1e3 * r->apply_s,
-            4e-9 * (double)o->world * (double)o->n / r->step_s, 1e-9 * memory_bytes / r->step_s,
+            4e-9 * (double)o->world * (double)o->n / r->step_s, 1e-9 * memory_bytes / r->step_s, 1e-9 * memory_bps,
             r->floor_s / r->step_s);
     *first = false;
 }
@@ -331,15 +351,17 @@ static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FIL
     }
     rc = kernel_state_make(o, &p, &k);
     if (rc == GA_OK) rc = store_make(o, &sr);
-    double ks[MAX_REPS], ss[MAX_REPS], as[MAX_REPS], ps[MAX_REPS];
-    /* One warm-up step each, then the rows interleaved step by step (the machine drifts). */
+    double ks[MAX_REPS], ss[MAX_REPS], as[MAX_REPS], ps[MAX_REPS], bw[MAX_REPS];
+    /* One warm-up step each, then the memory rate and both rows interleaved step by step. */
     for (int r = -1; r < o->reps && rc == GA_OK; r++) {
+        double rate = memory_run(o, lim);
+        if (isnan(rate)) rc = GA_E_CUDA;
         double t0 = bench_now_s(), acc = 0, apply = 0;
         rc = kernel_step(o, &p, &k);
         double t1 = bench_now_s();
         if (rc == GA_OK) rc = store_step(o, &p, &sr, &acc, &apply);
         if (r < 0) continue;
-        ks[r] = t1 - t0, ss[r] = acc + apply, as[r] = acc, ps[r] = apply;
+        ks[r] = t1 - t0, ss[r] = acc + apply, as[r] = acc, ps[r] = apply, bw[r] = rate;
     }
     int bad = rc != GA_OK;
     if (bad) fprintf(stderr, "%s: %s\n", name, ga_status_name(rc));
@@ -358,7 +380,8 @@ static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FIL
     if (!bad) {
         double payload = 0;
         for (int r = 0; r < o->world; r++) payload += (double)p.len[r];
-        double memory_bytes = payload + optim_bytes(o), memory_floor = memory_bytes / lim->memory_bps;
+        double memory_bps = bench_median(bw, o->reps);
+        double memory_bytes = payload + optim_bytes(o), memory_floor = memory_bytes / memory_bps;
         row_result kr = {bench_median(ks, o->reps), 0, 0, memory_floor};
         kr.apply_s = kr.step_s;
         row_result sr = {bench_median(ss, o->reps), bench_median(as, o->reps), bench_median(ps, o->reps),
@@ -367,10 +390,10 @@ static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FIL
             double link = payload / lim->h2d_bps + 4.0 * (double)o->n / lim->d2h_bps;
             sr.floor_s = link > memory_floor ? link : memory_floor;
         }
-        print_row(o, name, "kernels", &kr, memory_bytes);
-        print_row(o, name, "store", &sr, memory_bytes);
-        json_row(json, name, "kernels", &kr, memory_bytes, o, first);
-        json_row(json, name, "store", &sr, memory_bytes, o, first);
+        print_row(o, name, "kernels", &kr, memory_bytes, memory_bps);
+        print_row(o, name, "store", &sr, memory_bytes, memory_bps);
+        json_row(json, name, "kernels", &kr, memory_bytes, memory_bps, o, first);
+        json_row(json, name, "store", &sr, memory_bytes, memory_bps, o, first);
     }
     ga_free(mine), ga_free(theirs);
     store_free(&sr);
@@ -433,28 +456,29 @@ int main(int argc, char **argv)
     }
 
     limits lim;
-    ga_status rc = measure_limits(&o, &lim);
+    ga_status rc = limits_make(&o, &lim);
     if (rc != GA_OK) return fprintf(stderr, "measuring the limits: %s\n", ga_status_name(rc)), 1;
     printf("gradagg store step on %s: W = %d pushes of n = %zu elements, %s, block %zu, median of %d steps\n",
            o.backend == GA_BACKEND_CUDA ? "CUDA" : "the CPU", o.world, o.n, o.optim == GA_OPTIM_ADAM ? "Adam" : "SGD",
            o.block, o.reps);
     if (o.backend == GA_BACKEND_CUDA)
-        printf("limits: device copy %.1f GB/s, host->device %.1f GB/s, device->host %.1f GB/s (%s payloads)\n",
-               1e-9 * lim.memory_bps, 1e-9 * lim.h2d_bps, 1e-9 * lim.d2h_bps, o.pageable ? "pageable" : "pinned");
-    else printf("limits: memory (a += b, %d threads) %.1f GB/s\n", omp_get_max_threads(), 1e-9 * lim.memory_bps);
-    printf("%-6s %-8s %10s %10s %10s %10s %10s %10s\n", "codec", "row", "step ms", "push ms", "apply ms", "fp32 GB/s",
-           "mem GB/s", "floor frac");
+        printf("limits: memory = a device-to-device copy before each step; pinned host->device %.1f GB/s, "
+               "device->host %.1f GB/s (%s payloads)\n",
+               1e-9 * lim.h2d_bps, 1e-9 * lim.d2h_bps, o.pageable ? "pageable" : "pinned");
+    else printf("limits: memory = a += b on %d threads before each step\n", omp_get_max_threads());
+    printf("%-6s %-8s %10s %10s %10s %10s %10s %10s %10s\n", "codec", "row", "step ms", "push ms", "apply ms",
+           "fp32 GB/s", "mem GB/s", "limit GB/s", "floor frac");
 
     FILE *json = NULL;
     if (o.json && !(json = fopen(o.json, "w"))) return perror(o.json), 1;
     if (json)
         fprintf(json, "{\n  \"backend\": \"%s\", \"world\": %d, \"n\": %zu, \"block\": %zu, \"optim\": \"%s\", "
-                      "\"reps\": %d, \"pinned\": %s,\n  \"memory_gbps\": %.2f, \"h2d_gbps\": %.2f, \"d2h_gbps\": %.2f,\n"
+                      "\"reps\": %d, \"pinned\": %s,\n  \"h2d_gbps\": %.2f, \"d2h_gbps\": %.2f,\n"
                       "  \"rows\": [\n",
                 o.backend == GA_BACKEND_CUDA ? "cuda" : "cpu", o.world, o.n, o.block,
                 o.optim == GA_OPTIM_ADAM ? "adam" : "sgd", o.reps,
-                o.backend == GA_BACKEND_CUDA && !o.pageable ? "true" : "false", 1e-9 * lim.memory_bps,
-                1e-9 * lim.h2d_bps, 1e-9 * lim.d2h_bps);
+                o.backend == GA_BACKEND_CUDA && !o.pageable ? "true" : "false", 1e-9 * lim.h2d_bps,
+                1e-9 * lim.d2h_bps);
     int bad = 0;
     bool first = true;
     for (int c = 0; c < o.ncodecs; c++) bad |= run_codec(&o, o.codecs[c], &lim, json, &first);
@@ -462,5 +486,6 @@ int main(int argc, char **argv)
         fprintf(json, "\n  ]\n}\n");
         fclose(json);
     }
+    limits_free(&o, &lim);
     return bad;
 }
