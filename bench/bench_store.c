@@ -174,7 +174,8 @@ static ga_status pushes_make(const options *o, ga_codec_id codec, pushes *p)
         if (p->pinned) rc = ga_pinned_malloc(p->cap, &p->host[r]);
         else rc = (p->host[r] = ga_malloc(p->cap)) ? GA_OK : GA_E_NOMEM;
         if (rc != GA_OK) break;
-        bench_fill(grad, o->n, (unsigned)r + 1, 2.0f);
+        /* Scales off the fill's grid, so that sums in another order round differently. */
+        bench_fill(grad, o->n, (unsigned)r + 1, 2.0f * (1.0f + (float)r / 7.0f));
         if (ga_codec_has_residual(codec)) memset(residual, 0, o->n * sizeof(float));
         rc = ga_codec_encode(&cpu, codec, &p->params, grad, ga_codec_has_residual(codec) ? residual : NULL, o->n,
                              p->host[r], p->cap, &p->len[r]);
