@@ -10,12 +10,13 @@
  *            device copy).
  *   store    what the server runs: W x ga_store_accumulate_lent from host payloads (pinned on
  *            CUDA unless --pageable), then ga_store_apply_in_place (which also publishes the
- *            fp32 values: in place on the CPU, copied to the host on CUDA). Floor: the larger of the memory floor and, on CUDA, the
- *            payloads' bytes at the measured host-to-device rate plus the publication's bytes
- *            at the measured device-to-host rate.
+ *            fp32 values: in place on the CPU, copied to the host on CUDA). Floor: the larger
+ *            of the memory floor and, on CUDA, the payloads' bytes at the measured host-to-
+ *            device rate plus the publication's bytes at the measured device-to-host rate.
  *
  * Each row prints the median step time, GB/s of fp32 gradients aggregated (W x n x 4 bytes per
- * step), GB/s through memory, and floor / time (1.0 = at the limit). The parameters both rows
+ * step), GB/s through memory, the memory rate measured before each step (median), and
+ * floor / time (1.0 = at the limit). The parameters both rows
  * reach after the same steps are compared bit for bit: a difference exits 1, as does any error.
  *
  * Usage: bench_store [--backend cpu|cuda] [--world W] [--n N] [--codecs none,fp16,2bit,topk]
@@ -210,8 +211,7 @@ static ga_adam_params adam_params(void)
 static ga_status kernel_step(const options *o, const pushes *p, kernel_state *k)
 {
     const ga_exec *ex = exec_of(o);
-    bool in_order = ga_codec_in_order(p->codec);
-    size_t block = in_order ? k->block : o->n; /* as the store: top-k is decoded whole */
+    size_t block = k->block;
     ga_sgd_params sgd = sgd_params();
     ga_adam_params adam = adam_params();
     k->adam_t++;
@@ -242,7 +242,7 @@ static void kernel_state_free(const options *o, kernel_state *k)
 static ga_status kernel_state_make(const options *o, const pushes *p, kernel_state *k)
 {
     memset(k, 0, sizeof *k);
-    k->block = ga_codec_in_order(p->codec) ? o->block : o->n;
+    k->block = ga_codec_in_order(p->codec) ? o->block : o->n; /* as the store: top-k is decoded whole */
     size_t bytes = o->n * sizeof(float), zb = k->block * sizeof(float);
     float *host_zeros = ga_calloc(o->n, sizeof(float));
     float **bufs[] = {&k->params, &k->state0, &k->state1, &k->grad, &k->zeros};
@@ -356,7 +356,10 @@ static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FIL
     /* One warm-up step each, then the memory rate and both rows interleaved step by step. */
     for (int r = -1; r < o->reps && rc == GA_OK; r++) {
         double rate = memory_run(o, lim);
-        if (isnan(rate)) rc = GA_E_CUDA;
+        if (isnan(rate)) {
+            rc = GA_E_CUDA;
+            break;
+        }
         double t0 = bench_now_s(), acc = 0, apply = 0;
         rc = kernel_step(o, &p, &k);
         double t1 = bench_now_s();
@@ -383,18 +386,18 @@ static int run_codec(const options *o, ga_codec_id codec, const limits *lim, FIL
         for (int r = 0; r < o->world; r++) payload += (double)p.len[r];
         double memory_bps = bench_median(bw, o->reps);
         double memory_bytes = payload + optim_bytes(o), memory_floor = memory_bytes / memory_bps;
-        row_result kr = {bench_median(ks, o->reps), 0, 0, memory_floor};
-        kr.apply_s = kr.step_s;
-        row_result sr = {bench_median(ss, o->reps), bench_median(as, o->reps), bench_median(ps, o->reps),
-                         memory_floor};
+        double kernels_s = bench_median(ks, o->reps);
+        row_result kernels = {kernels_s, 0, kernels_s, memory_floor};
+        row_result store = {bench_median(ss, o->reps), bench_median(as, o->reps), bench_median(ps, o->reps),
+                            memory_floor};
         if (o->backend == GA_BACKEND_CUDA) {
             double link = payload / lim->h2d_bps + 4.0 * (double)o->n / lim->d2h_bps;
-            sr.floor_s = link > memory_floor ? link : memory_floor;
+            store.floor_s = link > memory_floor ? link : memory_floor;
         }
-        print_row(o, name, "kernels", &kr, memory_bytes, memory_bps);
-        print_row(o, name, "store", &sr, memory_bytes, memory_bps);
-        json_row(json, name, "kernels", &kr, memory_bytes, memory_bps, o, first);
-        json_row(json, name, "store", &sr, memory_bytes, memory_bps, o, first);
+        print_row(o, name, "kernels", &kernels, memory_bytes, memory_bps);
+        print_row(o, name, "store", &store, memory_bytes, memory_bps);
+        json_row(json, name, "kernels", &kernels, memory_bytes, memory_bps, o, first);
+        json_row(json, name, "store", &store, memory_bytes, memory_bps, o, first);
     }
     ga_free(mine), ga_free(theirs);
     store_free(&sr);
