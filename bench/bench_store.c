@@ -60,6 +60,12 @@ typedef struct pushes {
     void *dev[MAX_WORLD];
     size_t len[MAX_WORLD], cap;
     bool pinned;
+    /* Top-k over more than one block, for the kernels row: each rank's payload cut into its
+     * blocks' slices ahead of time (ga_topk_slice, as the store cuts them in its apply), back to
+     * back at 4-byte aligned offsets, where the backend computes; decoded with slice_params. */
+    void *sliced[MAX_WORLD];
+    size_t *slice_off[MAX_WORLD], *slice_len[MAX_WORLD];
+    ga_codec_params slice_params;
 } pushes;
 
 /* The limits measured in this run, and the buffers the memory rate is measured on again before
@@ -156,8 +162,41 @@ static void pushes_free(const options *o, pushes *p)
         if (p->pinned) ga_pinned_free(p->host[r]);
         else ga_free(p->host[r]);
         ga_device_free(p->dev[r]);
+        compute_free(o, p->sliced[r]);
+        ga_free(p->slice_off[r]), ga_free(p->slice_len[r]);
     }
     memset(p, 0, sizeof *p);
+}
+
+static size_t nblocks(const options *o)
+{
+    return (o->n + o->block - 1) / o->block;
+}
+
+/* Rank r's top-k payload in its blocks' slices (pushes.sliced). Every pair is in one slice and
+ * no rebased index is longer than the gap it replaces, so the slices take at most the payload
+ * plus a header and 3 bytes of alignment per block. */
+static ga_status slices_make(const options *o, pushes *p, int r)
+{
+    size_t blocks = nblocks(o), cap = p->len[r] + 8 * blocks, pos = 0;
+    uint8_t *host = ga_malloc(cap);
+    p->slice_off[r] = ga_malloc(blocks * sizeof(size_t));
+    p->slice_len[r] = ga_malloc(blocks * sizeof(size_t));
+    ga_status rc = host && p->slice_off[r] && p->slice_len[r] ? GA_OK : GA_E_NOMEM;
+    ga_topk_cursor cur = {0};
+    for (size_t b = 0; b < blocks && rc == GA_OK; b++) {
+        size_t lo = b * o->block, m = o->n - lo < o->block ? o->n - lo : o->block;
+        pos = (pos + 3) & ~(size_t)3;
+        rc = ga_topk_slice(&p->params, p->host[r], p->len[r], o->n, lo, m, &cur, host + pos, cap - pos,
+                           &p->slice_len[r][b], &p->slice_params);
+        p->slice_off[r][b] = pos;
+        pos += p->slice_len[r][b];
+    }
+    if (rc == GA_OK) rc = compute_alloc(o, pos ? pos : 4, &p->sliced[r]);
+    if (rc == GA_OK) rc = ga_device_copy(exec_of(o), p->sliced[r], host, pos);
+    if (rc == GA_OK) rc = ga_exec_sync(exec_of(o));
+    ga_free(host);
+    return rc;
 }
 
 /* Rank r's gradients are a fixed pattern of seed r + 1, encoded on the CPU with a zero residual. */
@@ -183,6 +222,7 @@ static ga_status pushes_make(const options *o, ga_codec_id codec, pushes *p)
         if (rc == GA_OK && o->backend == GA_BACKEND_CUDA) rc = ga_device_malloc(p->cap, &p->dev[r]);
         if (rc == GA_OK && o->backend == GA_BACKEND_CUDA)
             rc = ga_device_copy(exec_of(o), p->dev[r], p->host[r], p->len[r]);
+        if (rc == GA_OK && codec == GA_CODEC_TOPK && o->block < o->n) rc = slices_make(o, p, r);
     }
     if (rc == GA_OK) rc = ga_exec_sync(exec_of(o));
     ga_free(grad), ga_free(residual);
@@ -220,9 +260,15 @@ static ga_status kernel_step(const options *o, const pushes *p, kernel_state *k)
         GA_CHECK(ga_device_copy(ex, k->grad, k->zeros, m * sizeof(float)));
         for (int r = 0; r < o->world; r++) {
             size_t off = 0, len = p->len[r];
-            if (m < o->n) GA_CHECK(ga_codec_payload_range(p->codec, &p->params, o->n, at, m, &off, &len));
-            const uint8_t *src = (const uint8_t *)(o->backend == GA_BACKEND_CUDA ? p->dev[r] : p->host[r]) + off;
-            GA_CHECK(ga_codec_decode_add(ex, p->codec, &p->params, src, len, m, k->grad));
+            const ga_codec_params *params = &p->params;
+            const uint8_t *src = o->backend == GA_BACKEND_CUDA ? p->dev[r] : p->host[r];
+            if (p->sliced[r]) {
+                src = p->sliced[r], off = p->slice_off[r][at / block], len = p->slice_len[r][at / block];
+                params = &p->slice_params;
+            } else if (m < o->n) {
+                GA_CHECK(ga_codec_payload_range(p->codec, params, o->n, at, m, &off, &len));
+            }
+            GA_CHECK(ga_codec_decode_add(ex, p->codec, params, src + off, len, m, k->grad));
         }
         if (o->optim == GA_OPTIM_SGD) GA_CHECK(ga_sgd_step(ex, &sgd, k->params + at, k->state0 + at, k->grad, m));
         else
@@ -242,7 +288,8 @@ static void kernel_state_free(const options *o, kernel_state *k)
 static ga_status kernel_state_make(const options *o, const pushes *p, kernel_state *k)
 {
     memset(k, 0, sizeof *k);
-    k->block = ga_codec_in_order(p->codec) ? o->block : o->n; /* as the store: top-k is decoded whole */
+    /* as the store: 1bit_scaled is decoded whole */
+    k->block = ga_codec_in_order(p->codec) || p->codec == GA_CODEC_TOPK ? o->block : o->n;
     size_t bytes = o->n * sizeof(float), zb = k->block * sizeof(float);
     float *host_zeros = ga_calloc(o->n, sizeof(float));
     float **bufs[] = {&k->params, &k->state0, &k->state1, &k->grad, &k->zeros};

@@ -129,6 +129,30 @@ ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_cod
 ga_status ga_codec_check_payload(ga_codec_id codec, const ga_codec_params *params, const void *payload,
                                  size_t len, size_t n);
 
+/* Where a walk over one top-k payload stands between ga_topk_slice calls. Zero it before the
+ * first slice of a payload. */
+typedef struct ga_topk_cursor {
+    size_t pair;   /* the first pair not yet passed */
+    size_t byte;   /* where that pair's index starts in the payload */
+    uint64_t prev; /* the index of pair - 1 (varint indices count from it) */
+    size_t from;   /* the lowest element the next slice may start at */
+} ga_topk_cursor;
+
+/* Cuts a top-k payload into ranges, so a long one can be decoded block by block: writes into
+ * out a top-k payload of m elements holding the pairs of `payload` (n elements, host memory)
+ * whose index lies in [lo, lo + m), each index less lo, in the same value and index formats.
+ * Decoding it as m elements with *slice_params (params with ratio 1, since one range may hold
+ * more than its share of the pairs) adds exactly those elements. The payload must have passed
+ * ga_codec_check_payload; a slice is never longer than the payload, so out needs at most len
+ * bytes (cap). Slices of one payload are taken in increasing, disjoint ranges, with *cur
+ * carrying the position from one call to the next; a range before the cursor's is GA_E_INVAL.
+ * Errors: GA_E_INVAL (NULL pointers, lo + m > n), GA_E_CAPACITY, and GA_E_LENGTH /
+ * GA_E_VARINT for a payload that runs out (nothing past len is read). On an error *cur and out
+ * are as they were. */
+ga_status ga_topk_slice(const ga_codec_params *params, const void *payload, size_t len, size_t n, size_t lo,
+                        size_t m, ga_topk_cursor *cur, void *out, size_t cap, size_t *out_len,
+                        ga_codec_params *slice_params);
+
 #ifdef __cplusplus
 }
 #endif

@@ -196,3 +196,88 @@ void ga_topk_unpack(const ga_codec_params *p, const uint8_t *payload, size_t cou
         idx[j] = j == 0 ? d : idx[j - 1] + 1 + d;
     }
 }
+
+/* ---- slices of a checked payload (ga_codec.h ga_topk_slice) ---- */
+
+static size_t varint_len(uint32_t v)
+{
+    size_t bytes = 1;
+    while (v >>= 7) bytes++;
+    return bytes;
+}
+
+/* The index of pair at->pair, and where the next pair's index starts. */
+static ga_status index_at(const ga_codec_params *p, const uint8_t *payload, size_t len, const ga_topk_cursor *at,
+                          uint64_t *idx, size_t *next)
+{
+    if (p->topk_indices == GA_TOPK_INDICES_INT32) {
+        if (len < 4 || at->byte > len - 4) return GA_E_LENGTH;
+        *idx = load_u32(payload + at->byte);
+        *next = at->byte + 4;
+        return GA_OK;
+    }
+    size_t pos = at->byte;
+    uint32_t d;
+    GA_CHECK(varint_get(payload, len, &pos, &d));
+    *idx = at->pair == 0 ? d : at->prev + 1 + d;
+    *next = pos;
+    return GA_OK;
+}
+
+ga_status ga_topk_slice(const ga_codec_params *params, const void *payload, size_t len, size_t n, size_t lo,
+                        size_t m, ga_topk_cursor *cur, void *out, size_t cap, size_t *out_len,
+                        ga_codec_params *slice_params)
+{
+    if (!params || !payload || !cur || !out || !out_len || !slice_params || lo > n || m > n - lo || lo < cur->from)
+        return GA_E_INVAL;
+    const uint8_t *in = payload;
+    if (len < 4) return GA_E_LENGTH;
+    size_t c = load_u32(in), vb = params->topk_values == GA_TOPK_VALUES_FP16 ? 2 : 4, ib = 4 + c * vb;
+    if (ib > len) return GA_E_LENGTH;
+    bool int32 = params->topk_indices == GA_TOPK_INDICES_INT32;
+
+    ga_topk_cursor at = *cur;
+    if (at.byte == 0) at.byte = ib; /* a fresh cursor: the first pair */
+    uint64_t idx;
+    size_t next;
+    while (at.pair < c) { /* pairs before the range */
+        GA_CHECK(index_at(params, in, len, &at, &idx, &next));
+        if (idx >= lo) break;
+        at.prev = idx, at.byte = next, at.pair++;
+    }
+    const ga_topk_cursor first = at;
+    uint64_t first_idx = 0;
+    size_t first_next = 0;
+    while (at.pair < c) { /* pairs in it */
+        GA_CHECK(index_at(params, in, len, &at, &idx, &next));
+        if (idx >= (uint64_t)lo + m) break;
+        if (at.pair == first.pair) first_idx = idx, first_next = next;
+        at.prev = idx, at.byte = next, at.pair++;
+    }
+
+    /* Varint indices: the first is re-based on lo, the gaps after it are the same bytes. */
+    size_t k = at.pair - first.pair;
+    size_t index_bytes = int32 ? 4 * k : k ? varint_len((uint32_t)(first_idx - lo)) + (at.byte - first_next) : 0;
+    size_t bytes = 4 + k * vb + index_bytes;
+    if (bytes > cap) return GA_E_CAPACITY;
+    uint8_t *o = out;
+    uint32_t k32 = (uint32_t)k;
+    memcpy(o, &k32, 4);
+    memcpy(o + 4, in + 4 + first.pair * vb, k * vb);
+    uint8_t *q = o + 4 + k * vb;
+    if (int32) {
+        for (size_t j = 0; j < k; j++) {
+            uint32_t i = load_u32(in + first.byte + 4 * j) - (uint32_t)lo;
+            memcpy(q + 4 * j, &i, 4);
+        }
+    } else if (k > 0) {
+        q += ga_topk_varint_put(q, (uint32_t)(first_idx - lo));
+        memcpy(q, in + first_next, at.byte - first_next);
+    }
+    *out_len = bytes;
+    *slice_params = *params;
+    slice_params->ratio = 1.0f;
+    at.from = lo + m;
+    *cur = at;
+    return GA_OK;
+}

@@ -360,7 +360,8 @@ static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t cou
     }
     if (lend && (uintptr_t)payload % 4 == 0) {
         GA_CHECK(ga_codec_check_payload(codec, p, payload, len, count));
-        t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, (void *)payload, len, true};
+        t->held[t->nheld++] = (ga_store_held){.offset = offset, .count = count, .codec = codec, .params = *p,
+                                               .data = (void *)payload, .len = len, .lent = true};
         *kept = true;
         return GA_OK;
     }
@@ -372,7 +373,8 @@ static ga_status hold(ga_store *s, ga_store_tensor *t, size_t offset, size_t cou
         ga_store_mem_put(s, GA_STORE_MEM_HOST, data, len);
         return rc;
     }
-    t->held[t->nheld++] = (ga_store_held){offset, count, codec, *p, data, len, false};
+    t->held[t->nheld++] = (ga_store_held){.offset = offset, .count = count, .codec = codec, .params = *p,
+                                           .data = data, .len = len, .lent = false};
     return GA_OK;
 }
 

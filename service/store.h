@@ -32,9 +32,10 @@ typedef struct ga_store_config {
 
 /* Pieces (and so compressed-delta payloads) start on multiples of this: every codec's block. */
 #define GA_STORE_PIECE_ALIGN GA_CODEC_RANGE_ALIGN
-/* The default gradient block: 4 MiB of fp32, whatever the size of the chunks held. A held chunk
- * whose codec does not carry its elements in order (1bit_scaled, top-k) is decoded whole, into a
- * block of its size. */
+/* The default gradient block: 4 MiB of fp32, whatever the size of the chunks held: each block
+ * decodes its slice of every chunk (a byte range, or a top-k payload's pairs in its range). A
+ * held 1bit_scaled chunk, whose scales cover all of it, is decoded whole, into a block of its
+ * size. */
 #define GA_STORE_BLOCK_ELEMS ((size_t)1 << 20)
 
 /* One tensor's published version: what every pull of it streams. Pieces cover [0, n) in order;

@@ -16,6 +16,7 @@ typedef struct ga_store_held {
     void *data;
     size_t len;
     bool lent; /* data is the caller's, read in place and never freed here; else the store's copy */
+    ga_topk_cursor cursor; /* top-k: where the apply's walk over the payload stands */
 } ga_store_held;
 
 typedef struct ga_store_tensor {

@@ -74,6 +74,8 @@ typedef struct apply_scratch {
     size_t grad_elems;
     float *sum;         /* a whole-tensor sum, for partly overlapping ranges */
     size_t sum_elems;
+    void *slice;        /* host memory: one block's slice of a top-k payload (ga_topk_slice) */
+    size_t slice_cap;
     /* Pull codec only, for one piece: */
     float *delta;       /* params - published */
     float *residual;    /* the encoder's residual, zeroed for every piece (codecs with one) */
@@ -128,14 +130,21 @@ static size_t range_end(const ga_store_tensor *t, ga_store_held *const *by, size
     return end;
 }
 
+/* Codecs a block can take its slice of: a range of bytes where every element is carried in
+ * order (ga_codec_payload_range), the pairs in the block's range for top-k (ga_topk_slice). */
+static bool sliceable(ga_codec_id codec)
+{
+    return ga_codec_in_order(codec) || codec == GA_CODEC_TOPK;
+}
+
 /* The block one range (by[i..end)) is stepped in: the store's block where every chunk's codec
- * carries its elements in order (each block decodes a slice of every payload), else the whole
- * range (1bit_scaled, top-k). */
+ * can be sliced (each block decodes a slice of every payload), else the whole range
+ * (1bit_scaled, whose scales cover the whole chunk). */
 static size_t range_block(const ga_store *s, ga_store_held *const *by, size_t i, size_t end)
 {
     size_t len = by[i]->count, block = block_elems(s);
     for (size_t k = i; k < end; k++)
-        if (!ga_codec_in_order(by[k]->codec)) return len;
+        if (!sliceable(by[k]->codec)) return len;
     return len < block ? len : block;
 }
 
@@ -181,6 +190,19 @@ static ga_status pull_scratch_get(ga_store *s, apply_scratch *x)
     return GA_OK;
 }
 
+/* The slice buffer: as long as the longest top-k chunk held (no slice is longer than its
+ * payload), or none when no top-k chunk spans more than one block. */
+static size_t slice_need(const ga_store *s)
+{
+    size_t most = 0;
+    for (uint32_t i = 0; i < s->count; i++)
+        for (size_t k = 0; k < s->tensors[i].nheld; k++) {
+            const ga_store_held *h = &s->tensors[i].held[k];
+            if (h->codec == GA_CODEC_TOPK && h->count > block_elems(s) && h->len > most) most = h->len;
+        }
+    return most;
+}
+
 static ga_status scratch_get(ga_store *s, apply_scratch *x)
 {
     size_t most_held = 0, grad = 0, sum = 0;
@@ -202,6 +224,9 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
     if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
     x->sum = p;
     x->sum_elems = p ? sum : 0;
+    size_t slice = slice_need(s);
+    if (rc == GA_OK && slice > 0) rc = ga_store_mem_get(s, GA_STORE_MEM_HOST, slice, &x->slice);
+    x->slice_cap = x->slice ? slice : 0;
     if (rc == GA_OK) rc = pull_scratch_get(s, x);
     return rc; /* on an error the caller's scratch_put frees what was made */
 }
@@ -212,10 +237,28 @@ static void scratch_put(ga_store *s, apply_scratch *x)
     ga_free(x->by);
     ga_store_mem_put(s, s->compute, x->grad, x->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, x->slice, x->slice_cap);
     ga_store_mem_put(s, s->compute, x->delta, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->residual, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->payload, x->payload_cap);
     memset(x, 0, sizeof *x);
+}
+
+/* Adds elements [at, at + m) of held chunk h into the gradient block: the whole payload when
+ * that is all of it, else the block's slice (top-k: through the chunk's cursor, so blocks are
+ * taken in order). */
+static ga_status add_slice(ga_store *s, ga_store_held *h, size_t at, size_t m, const apply_scratch *x)
+{
+    if (m == h->count) return ga_store_decode_add(s, h->codec, &h->params, h->data, h->len, m, x->grad);
+    size_t off, bytes;
+    if (h->codec == GA_CODEC_TOPK) {
+        ga_codec_params sp;
+        GA_CHECK(ga_topk_slice(&h->params, h->data, h->len, h->count, at, m, &h->cursor, x->slice, x->slice_cap,
+                               &bytes, &sp));
+        return ga_store_decode_add(s, h->codec, &sp, x->slice, bytes, m, x->grad);
+    }
+    GA_CHECK(ga_codec_payload_range(h->codec, &h->params, h->count, at, m, &off, &bytes));
+    return ga_store_decode_add(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad);
 }
 
 /* One range's chunks (by[0..count), equal ranges, in arrival order) block by block: each block's
@@ -224,15 +267,11 @@ static ga_status step_chunks(ga_store *s, ga_store_tensor *t, ga_store_held *con
                              float scale, const apply_scratch *x)
 {
     size_t lo = by[0]->offset, len = by[0]->count;
+    for (size_t k = 0; k < count; k++) by[k]->cursor = (ga_topk_cursor){0};
     for (size_t at = 0; at < len; at += block) {
         size_t m = len - at < block ? len - at : block;
         GA_CHECK(ga_store_zero(s, x->grad, m));
-        for (size_t k = 0; k < count; k++) {
-            const ga_store_held *h = by[k];
-            size_t off = 0, bytes = h->len;
-            if (m < len) GA_CHECK(ga_codec_payload_range(h->codec, &h->params, len, at, m, &off, &bytes));
-            GA_CHECK(ga_store_decode_add(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad));
-        }
+        for (size_t k = 0; k < count; k++) GA_CHECK(add_slice(s, by[k], at, m, x));
         GA_CHECK(step_range(s, t, lo + at, m, x->grad, scale));
     }
     return GA_OK;

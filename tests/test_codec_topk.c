@@ -672,6 +672,116 @@ static void test_decode_fuzz(void **state)
     }
 }
 
+/* ---- slices (ga_topk_slice) ---- */
+
+/* A payload of grad (n elements) in p's formats, from a zero residual. */
+static uint8_t *encode_once(const ga_codec_params *p, const float *grad, size_t n, size_t *len)
+{
+    uint8_t *out = xmalloc(topk_cap(p, n));
+    float *r = xmalloc(n * sizeof *r);
+    memset(r, 0, n * sizeof *r);
+    ga_exec ex = cpu(1, GA_SIMD_AUTO);
+    assert_int_equal(ga_codec_encode(&ex, GA_CODEC_TOPK, p, grad, r, n, out, topk_cap(p, n), len), GA_OK);
+    free(r);
+    return out;
+}
+
+/* Decodes the slices of [lo, hi) in blocks of `block`, every `stride`-th block only, into sum;
+ * each slice is no longer than the payload. */
+static void decode_in_slices(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n, size_t block,
+                             size_t stride, float *sum)
+{
+    ga_exec ex = cpu(2, GA_SIMD_AUTO);
+    ga_topk_cursor cur = {0};
+    uint8_t *slice = xmalloc(len);
+    size_t b = 0;
+    for (size_t lo = 0; lo < n; lo += block, b++) {
+        if (b % stride != 0) continue;
+        size_t m = n - lo < block ? n - lo : block, slen = 0;
+        ga_codec_params sp;
+        assert_int_equal(ga_topk_slice(p, payload, len, n, lo, m, &cur, slice, len, &slen, &sp), GA_OK);
+        assert_true(slen <= len);
+        assert_int_equal(ga_codec_decode_add(&ex, GA_CODEC_TOPK, &sp, slice, slen, m, sum + lo), GA_OK);
+    }
+    free(slice);
+}
+
+/* Slices decoded block by block give the bits of one decode of the whole payload, in every
+ * value and index format, for pairs spread over the tensor and for pairs all in one block
+ * (many empty slices; a slice holding more than its ratio's share); blocks skipped leave their
+ * elements alone. */
+static void test_slices_decode_like_whole(void **state)
+{
+    (void)state;
+    enum { N = 100003 };
+    float *g = xmalloc(N * sizeof *g), *base = xmalloc(N * sizeof *base), *want = xmalloc(N * sizeof *want),
+          *got = xmalloc(N * sizeof *got);
+    static const size_t blocks[] = {1024, 5120, 65536, N};
+    for (int clustered = 0; clustered < 2; clustered++) {
+        fill_gauss(g, N, 1.0f);
+        if (clustered) /* every pair in [40960, 41984) */
+            for (size_t i = 0; i < N; i++)
+                if (i < 40960 || i >= 41984) g[i] = 0.0f;
+        for (int fmt = 0; fmt < 4; fmt++) {
+            ga_codec_params p = topk_params(0.02f, 0.01f, 10, 3, fmt & 1, fmt >> 1);
+            size_t len;
+            uint8_t *payload = encode_once(&p, g, N, &len);
+            uint32_t c;
+            memcpy(&c, payload, 4);
+            assert_true(c > 500);
+            fill_gauss(base, N, 1.0f);
+            memcpy(want, base, N * sizeof *want);
+            ga_exec ex = cpu(1, GA_SIMD_AUTO);
+            assert_int_equal(ga_codec_decode_add(&ex, GA_CODEC_TOPK, &p, payload, len, N, want), GA_OK);
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+                memcpy(got, base, N * sizeof *got);
+                decode_in_slices(&p, payload, len, N, blocks[b], 1, got);
+                expect_same(got, want, N * sizeof *got, "sliced decode");
+                memcpy(got, base, N * sizeof *got);
+                decode_in_slices(&p, payload, len, N, blocks[b], 2, got);
+                for (size_t lo = 0; lo < N; lo += blocks[b]) {
+                    size_t m = N - lo < blocks[b] ? N - lo : blocks[b];
+                    const float *w = (lo / blocks[b]) % 2 == 0 ? want : base;
+                    expect_same(got + lo, w + lo, m * sizeof *got, "every other slice");
+                }
+            }
+            free(payload);
+        }
+    }
+    free(g), free(base), free(want), free(got);
+}
+
+/* Errors leave the cursor and the output as they were: a small output, a range before the
+ * cursor or past n, a payload cut short. */
+static void test_slice_errors(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    float g[N];
+    fill_gauss(g, N, 1.0f);
+    for (int varint = 0; varint < 2; varint++) {
+        ga_codec_params p = topk_params(0.1f, 0.01f, 10, 0, 0, varint), sp;
+        size_t len, slen = 7;
+        uint8_t *payload = encode_once(&p, g, N, &len), out[8 * N];
+        ga_topk_cursor cur = {0}, was;
+        memset(out, 0xAB, sizeof out);
+        assert_int_equal(ga_topk_slice(&p, payload, len, N, 0, 2048, &cur, out, 8, &slen, &sp), GA_E_CAPACITY);
+        assert_true(cur.pair == 0 && cur.byte == 0 && slen == 7 && out[0] == 0xAB);
+        assert_int_equal(ga_topk_slice(&p, payload, len, N, 0, 2048, &cur, out, sizeof out, &slen, &sp), GA_OK);
+        assert_true(cur.pair > 0 && cur.from == 2048 && sp.ratio == 1.0f);
+        was = cur;
+        assert_int_equal(ga_topk_slice(&p, payload, len, N, 1024, 1024, &cur, out, sizeof out, &slen, &sp), GA_E_INVAL);
+        assert_int_equal(ga_topk_slice(&p, payload, len, N, 3072, 2048, &cur, out, sizeof out, &slen, &sp), GA_E_INVAL);
+        assert_int_equal(ga_topk_slice(&p, payload, len - 1, N, 2048, 2048, &cur, out, sizeof out, &slen, &sp),
+                         GA_E_LENGTH);
+        assert_int_equal(ga_topk_slice(&p, payload, 3, N, 2048, 2048, &cur, out, sizeof out, &slen, &sp), GA_E_LENGTH);
+        assert_memory_equal(&cur, &was, sizeof cur);
+        assert_int_equal(ga_topk_slice(&p, payload, len, N, 2048, 2048, &cur, out, sizeof out, &slen, &sp), GA_OK);
+        assert_int_equal(cur.byte, len); /* every pair passed */
+        free(payload);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +799,8 @@ int main(void)
         cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_decode_values),
         cmocka_unit_test(test_decode_fuzz),
+        cmocka_unit_test(test_slices_decode_like_whole),
+        cmocka_unit_test(test_slice_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -825,12 +825,15 @@ static void pulled_blob_is_never_rewritten(void **state)
 
 /* ---- the apply's gradient block ---- */
 
-/* A payload of n gradients (seeded) in `codec`, with the parameters it was encoded with. */
+/* A payload of n gradients (seeded) in `codec`, with the parameters it was encoded with; top-k
+ * payloads of odd seeds carry fp16 values and varint indices. */
 static uint8_t *encoded(ga_codec_id codec, size_t n, uint64_t seed, ga_codec_params *p, size_t *len)
 {
     *p = ga_codec_params_default(codec);
     if (codec == GA_CODEC_2BIT) p->threshold = 0.25f;
     if (codec == GA_CODEC_TOPK) p->ratio = 0.05f;
+    if (codec == GA_CODEC_TOPK && seed % 2 == 1)
+        p->topk_values = GA_TOPK_VALUES_FP16, p->topk_indices = GA_TOPK_INDICES_VARINT;
     size_t cap;
     assert_int_equal(ga_codec_encoded_size(codec, p, n, &cap), GA_OK);
     float *g = floats0(n), *r = floats0(n);
@@ -846,12 +849,12 @@ static uint8_t *encoded(ga_codec_id codec, size_t n, uint64_t seed, ga_codec_par
 
 /* Held chunks longer than the block are stepped block by block, each block decoding its slice of
  * every payload: the same bytes as one pass over each range (the default block holds them all),
- * for every codec that carries its elements in order, next to ranges decoded whole (1bit_scaled,
- * top-k) and a gap no chunk covers; with fp32 and with 2bit pulls. */
+ * for every codec that carries its elements in order and for top-k (in both its formats), next to
+ * a range decoded whole (1bit_scaled) and a gap no chunk covers; with fp32 and with 2bit pulls. */
 static void blocks_match_one_pass(void **state)
 {
     (void)state;
-    enum { N = 12000, W = 3, STEPS = 3 };
+    enum { N = 16000, W = 3, STEPS = 3 };
     static const struct {
         size_t lo, n;
         ga_codec_id codec[W];
@@ -860,7 +863,8 @@ static void blocks_match_one_pass(void **state)
         {4500, 3000, {GA_CODEC_2BIT, GA_CODEC_NONE, GA_CODEC_BF16}},
         {7500, 2500, {GA_CODEC_2BIT, GA_CODEC_1BIT_SCALED, GA_CODEC_2BIT}},
         {10000, 1500, {GA_CODEC_TOPK, GA_CODEC_2BIT, GA_CODEC_TOPK}},
-    }; /* [11500, N): no chunk */
+        {12288, 3712, {GA_CODEC_TOPK, GA_CODEC_TOPK, GA_CODEC_NONE}}, /* 3 blocks and a tail */
+    }; /* [11500, 12288): no chunk */
     for (int pulls = 0; pulls < 2; pulls++) {
         ga_store_config cfg = plain_config();
         cfg.mean = true, cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
@@ -902,11 +906,10 @@ static void blocks_match_one_pass(void **state)
 }
 
 /* The apply's scratch is one gradient block and one pull piece, whatever the length of the
- * chunks held (here 2bit chunks over a whole tensor of 64 blocks), and a store between steps
- * keeps none of it. */
-static void apply_scratch_is_one_block(void **state)
+ * chunks held (here chunks over a whole tensor of 64 blocks: 2bit, and top-k with one slice of
+ * its payload besides), and a store between steps keeps none of it. */
+static void scratch_is_one_block(ga_codec_id codec)
 {
-    (void)state;
     enum { BLOCK = 1024, N = 64 * BLOCK };
     ga_store_config cfg = plain_config();
     cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
@@ -920,13 +923,14 @@ static void apply_scratch_is_one_block(void **state)
     ga_published_clear(&pub);
     ga_codec_params p;
     size_t len, piece_payload, delta_payload;
-    uint8_t *payload = encoded(GA_CODEC_2BIT, N, 7, &p, &len);
+    uint8_t *payload = encoded(codec, N, 7, &p, &len);
     assert_int_equal(ga_codec_encoded_size(GA_CODEC_2BIT, &cfg.pull_params, cfg.piece_elems, &piece_payload), GA_OK);
     assert_int_equal(ga_codec_encoded_size(GA_CODEC_2BIT, &cfg.pull_params, N, &delta_payload), GA_OK);
-    /* The gradient block, the piece's delta and residual and its payload, the new delta blob;
-     * 4 KiB for the small arrays (the sorted chunks, the publications, the piece offsets). */
+    /* The gradient block, the piece's delta and residual and its payload, the new delta blob, a
+     * top-k slice; 4 KiB for the small arrays (the sorted chunks, the publications, the piece
+     * offsets). */
     uint64_t scratch = BLOCK * sizeof(float) + 2 * cfg.piece_elems * sizeof(float) + piece_payload +
-                       ga_blob_footprint(delta_payload) + 4096;
+                       ga_blob_footprint(delta_payload) + (codec == GA_CODEC_TOPK ? len : 0) + 4096;
     uint64_t between = 0;
     for (int step = 0; step < 2; step++) {
         /* params, the published copy, momentum; 2 KiB of records (the store, its tensor
@@ -935,21 +939,28 @@ static void apply_scratch_is_one_block(void **state)
         assert_true(held <= 3 * N * sizeof(float) + 2048);
         if (step > 0) assert_int_equal(held, between);
         for (int rank = 0; rank < 2; rank++)
-            assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_2BIT, &p, payload, len), GA_OK);
+            assert_int_equal(ga_store_accumulate(s, 0, 0, N, codec, &p, payload, len), GA_OK);
         assert_true(ga_store_bytes(s) >= held + 2 * len); /* the two chunks are held */
         uint64_t before = ga_mem_in_use(GA_MEM_HOST);
         ga_mem_peak_reset(GA_MEM_HOST);
         assert_int_equal(ga_store_apply_in_place(s, 2, &pub), GA_OK);
         uint64_t peak = ga_mem_peak(GA_MEM_HOST) - before;
         if (peak > scratch)
-            fail_msg("step %d: the apply took %llu bytes at its peak, more than %llu", step, (unsigned long long)peak,
-                     (unsigned long long)scratch);
+            fail_msg("%s, step %d: the apply took %llu bytes at its peak, more than %llu", ga_codec_name(codec), step,
+                     (unsigned long long)peak, (unsigned long long)scratch);
         assert_non_null(pub.delta);
         ga_published_clear(&pub);
         between = ga_store_bytes(s);
     }
     ga_free(payload);
     ga_store_destroy(s);
+}
+
+static void apply_scratch_is_one_block(void **state)
+{
+    (void)state;
+    scratch_is_one_block(GA_CODEC_2BIT);
+    scratch_is_one_block(GA_CODEC_TOPK);
 }
 
 /* A step of lent fp32 pushes costs the CPU store no memory: no copy, no fp32 sum, between steps
