@@ -71,11 +71,14 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
                               const ga_codec_params *p, const void *payload, size_t len);
 /* ga_store_accumulate for a caller that lends the payload: it keeps it alive and unchanged until
  * the next ga_store_apply, ga_store_apply_in_place or ga_store_discard returns GA_OK (or until
- * ga_store_destroy). A chunk the store holds is then held in place, not copied, and on the CPU
+ * ga_store_destroy), and has already checked it with ga_codec_check_payload (the core's pushes
+ * are checked as they arrive, bundle.h ga_push_add), so a held chunk is not scanned again
+ * before its apply. A chunk the store holds is then held in place, not copied, and on the CPU
  * backend a dense chunk is held too rather than added into an fp32 sum, so a step of W fp32
- * pushes costs the store no memory beyond what the caller already holds (and no sum pass per
- * push). *kept says whether the store kept a reference to payload (false on an error, and for
- * an unaligned payload, which is copied as before). */
+ * pushes costs the store no memory beyond what the caller already holds (and no pass over it
+ * per push). *kept says whether the store kept a reference to payload (false on an error, and
+ * for an unaligned payload, which is copied as before). A lent payload that breaks the promise
+ * is still caught, by the apply's decode: that apply fails, with the step partly applied. */
 ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                                    const ga_codec_params *p, const void *payload, size_t len, bool *kept);
 /* Closes a step that had `contributors` >= 1 pushes: sums each tensor's chunks in arrival order,

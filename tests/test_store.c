@@ -1010,6 +1010,31 @@ static void lent_fp32_steps_take_no_memory(void **state)
     ga_store_destroy(copying);
 }
 
+/* A lent payload is the caller's to check (store.h): the store takes a NaN one without a scan,
+ * and the apply's decode refuses it rather than publishing it. */
+static void lent_payload_is_checked_by_the_apply(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    ga_store_config cfg = plain_config();
+    ga_store *s;
+    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, N, NULL, &index, &pub), GA_OK);
+    ga_published_clear(&pub);
+    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+    float *g = floats0(N);
+    g[N / 2] = NAN;
+    bool kept = false;
+    assert_int_equal(ga_store_accumulate_lent(s, 0, 0, N, GA_CODEC_NONE, &none, g, N * sizeof(float), &kept), GA_OK);
+    assert_true(kept);
+    assert_int_equal(ga_store_apply_in_place(s, 1, &pub), GA_E_NONFINITE);
+    assert_int_equal(ga_store_discard(s), GA_OK);
+    ga_free(g);
+    ga_store_destroy(s);
+}
+
 int main(void)
 {
     test_memory_baseline();
@@ -1030,6 +1055,7 @@ int main(void)
         cmocka_unit_test(blocks_match_one_pass),
         cmocka_unit_test(apply_scratch_is_one_block),
         cmocka_unit_test(lent_fp32_steps_take_no_memory),
+        cmocka_unit_test(lent_payload_is_checked_by_the_apply),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
