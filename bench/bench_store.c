@@ -3,12 +3,15 @@
  *
  *   kernels  the apply's kernel sequence (service/store_publish.c) with every payload already
  *            where the backend computes (device memory on CUDA): per gradient block, zero the
- *            block, decode_add each push's slice of it in rank order, then the optimizer on it.
+ *            block, add each push's slice of it in rank order (ga_codec_decode_add_checked: the
+ *            payloads were checked as they arrived; top-k sliced ahead of time), then the
+ *            optimizer on it.
  *            Floor: the bytes that must cross memory (each payload read once, the parameters
  *            and optimizer state read and written once; the block stays in cache) divided by
  *            the memory bandwidth measured in the same run (CPU: a += b; CUDA: a device-to-
  *            device copy).
- *   store    what the server runs: W x ga_store_accumulate_lent from host payloads (pinned on
+ *   store    what the store runs once the server has checked the pushes (bundle.h):
+ *            W x ga_store_accumulate_lent from host payloads (pinned on
  *            CUDA unless --pageable), then ga_store_apply_in_place (which also publishes the
  *            fp32 values: in place on the CPU, copied to the host on CUDA). Floor: the larger
  *            of the memory floor and, on CUDA, the payloads' bytes at the measured host-to-
@@ -268,7 +271,7 @@ static ga_status kernel_step(const options *o, const pushes *p, kernel_state *k)
             } else if (m < o->n) {
                 GA_CHECK(ga_codec_payload_range(p->codec, params, o->n, at, m, &off, &len));
             }
-            GA_CHECK(ga_codec_decode_add(ex, p->codec, params, src + off, len, m, k->grad));
+            GA_CHECK(ga_codec_decode_add_checked(ex, p->codec, params, src + off, len, m, k->grad));
         }
         if (o->optim == GA_OPTIM_SGD) GA_CHECK(ga_sgd_step(ex, &sgd, k->params + at, k->state0 + at, k->grad, m));
         else

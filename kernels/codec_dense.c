@@ -109,14 +109,20 @@ static uint32_t none_decode_tile(void *vctx, size_t lo, size_t hi)
     return 0;
 }
 
-ga_status ga_none_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
-                                 size_t n, float *sum)
+ga_status ga_none_add_checked_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                  size_t n, float *sum)
 {
     (void)p, (void)len;
-    if (!ga_all_finite_cpu(ex, (const float *)payload, n)) return GA_E_NONFINITE;
     dense_ctx c = {.ex = ex, .bytes = payload, .out = sum};
     ga_parallel_tiles(ex, n, 12.0, none_decode_tile, &c);
     return GA_OK;
+}
+
+ga_status ga_none_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                 size_t n, float *sum)
+{
+    if (!ga_all_finite_cpu(ex, (const float *)payload, n)) return GA_E_NONFINITE;
+    return ga_none_add_checked_cpu(ex, p, payload, len, n, sum);
 }
 
 /* ---- bf16: integer rounding, vectorised by the compiler ---- */
@@ -214,14 +220,21 @@ static uint32_t bf16_decode_tile(void *vctx, size_t lo, size_t hi)
     return 0;
 }
 
-ga_status ga_bf16_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
-                                 size_t n, float *sum)
+ga_status ga_bf16_add_checked_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                  size_t n, float *sum)
 {
     (void)p, (void)len;
     dense_ctx c = {.ex = ex, .bytes = payload, .out = sum};
-    if (ga_parallel_tiles(ex, n, 2.0, bf16_check_tile, &c)) return GA_E_NONFINITE;
     ga_parallel_tiles(ex, n, 10.0, bf16_decode_tile, &c);
     return GA_OK;
+}
+
+ga_status ga_bf16_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                 size_t n, float *sum)
+{
+    dense_ctx c = {.ex = ex, .bytes = payload, .out = sum};
+    if (ga_parallel_tiles(ex, n, 2.0, bf16_check_tile, &c)) return GA_E_NONFINITE;
+    return ga_bf16_add_checked_cpu(ex, p, payload, len, n, sum);
 }
 
 /* ---- fp16: hardware conversion where the CPU has it, ga_f32_to_f16 elsewhere ---- */
@@ -351,12 +364,19 @@ static uint32_t fp16_decode_tile(void *vctx, size_t lo, size_t hi)
     return 0;
 }
 
-ga_status ga_fp16_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
-                                 size_t n, float *sum)
+ga_status ga_fp16_add_checked_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                  size_t n, float *sum)
 {
     (void)p, (void)len;
     dense_ctx c = {.ex = ex, .bytes = payload, .out = sum};
-    if (ga_parallel_tiles(ex, n, 2.0, fp16_check_tile, &c)) return GA_E_NONFINITE;
     ga_parallel_tiles(ex, n, 10.0, fp16_decode_tile, &c);
     return GA_OK;
+}
+
+ga_status ga_fp16_decode_add_cpu(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                 size_t n, float *sum)
+{
+    dense_ctx c = {.ex = ex, .bytes = payload, .out = sum};
+    if (ga_parallel_tiles(ex, n, 2.0, fp16_check_tile, &c)) return GA_E_NONFINITE;
+    return ga_fp16_add_checked_cpu(ex, p, payload, len, n, sum);
 }

@@ -61,16 +61,22 @@ ga_status ga_none_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
     return GA_OK;
 }
 
-ga_status ga_none_decode_add_cuda(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
-                                  size_t n, float *sum)
+ga_status ga_none_add_checked_cuda(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                   size_t n, float *sum)
 {
     (void)p, (void)len;
     if (n == 0) return GA_OK;
-    const float *x = (const float *)payload;
+    return ga_cuda_launch(ga_cuda_stream(ex), n, none_add_kernel, sum, (const float *)payload, n);
+}
+
+ga_status ga_none_decode_add_cuda(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                  size_t n, float *sum)
+{
+    if (n == 0) return GA_OK;
     bool finite = false;
-    GA_CHECK(ga_all_finite_cuda(ex, x, n, &finite));
+    GA_CHECK(ga_all_finite_cuda(ex, (const float *)payload, n, &finite));
     if (!finite) return GA_E_NONFINITE;
-    return ga_cuda_launch(ga_cuda_stream(ex), n, none_add_kernel, sum, x, n);
+    return ga_none_add_checked_cuda(ex, p, payload, len, n, sum);
 }
 
 /* ---- fp16 and bf16: BF16 picks the wire type ---- */
@@ -116,14 +122,15 @@ static ga_status half_encode(const ga_exec *ex, const float *grad, size_t n, uin
     return GA_OK;
 }
 
+/* check: the values are scanned first (decode_add); else they were checked (add_checked). */
 template <bool BF16>
-static ga_status half_decode_add(const ga_exec *ex, const uint8_t *payload, size_t n, float *sum)
+static ga_status half_decode_add(const ga_exec *ex, const uint8_t *payload, size_t n, float *sum, bool check)
 {
     if (n == 0) return GA_OK;
     cudaStream_t s = ga_cuda_stream(ex);
     const uint16_t *h = (const uint16_t *)payload;
     unsigned flags = 0;
-    GA_CHECK(ga_cuda_flags(s, n, &flags, half_check_kernel, h, n, BF16 ? 0x7F80u : 0x7C00u));
+    if (check) GA_CHECK(ga_cuda_flags(s, n, &flags, half_check_kernel, h, n, BF16 ? 0x7F80u : 0x7C00u));
     if (flags) return GA_E_NONFINITE;
     return ga_cuda_launch(s, n, half_add_kernel<BF16>, sum, h, n);
 }
@@ -139,7 +146,14 @@ ga_status ga_fp16_decode_add_cuda(const ga_exec *ex, const ga_codec_params *p, c
                                   size_t n, float *sum)
 {
     (void)p, (void)len;
-    return half_decode_add<false>(ex, payload, n, sum);
+    return half_decode_add<false>(ex, payload, n, sum, true);
+}
+
+ga_status ga_fp16_add_checked_cuda(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                   size_t n, float *sum)
+{
+    (void)p, (void)len;
+    return half_decode_add<false>(ex, payload, n, sum, false);
 }
 
 ga_status ga_bf16_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const float *grad, float *residual,
@@ -153,5 +167,12 @@ ga_status ga_bf16_decode_add_cuda(const ga_exec *ex, const ga_codec_params *p, c
                                   size_t n, float *sum)
 {
     (void)p, (void)len;
-    return half_decode_add<true>(ex, payload, n, sum);
+    return half_decode_add<true>(ex, payload, n, sum, true);
+}
+
+ga_status ga_bf16_add_checked_cuda(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload, size_t len,
+                                   size_t n, float *sum)
+{
+    (void)p, (void)len;
+    return half_decode_add<true>(ex, payload, n, sum, false);
 }

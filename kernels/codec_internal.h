@@ -18,7 +18,9 @@ typedef ga_status (*ga_encode_fn)(const ga_exec *ex, const ga_codec_params *p, c
 typedef ga_status (*ga_decode_add_fn)(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload,
                                       size_t len, size_t n, float *sum);
 
-/* One codec = one row of this shape plus its .c and .cu files. */
+/* One codec = one row of this shape plus its .c and .cu files. add_checked is decode_add less
+ * the checks of values (ga_codec_decode_add_checked): its own function for the dense codecs,
+ * whose decode otherwise scans every value, and decode_add itself for the others. */
 typedef struct ga_codec_row {
     const char *name;
     bool has_residual;
@@ -29,6 +31,7 @@ typedef struct ga_codec_row {
     size_t (*encoded_size)(const ga_codec_params *p, size_t n);
     ga_encode_fn encode[GA_BACKENDS];
     ga_decode_add_fn decode_add[GA_BACKENDS];
+    ga_decode_add_fn add_checked[GA_BACKENDS];
 } ga_codec_row;
 
 #define GA_CODEC_ENTRY_POINTS(codec)                                                              \
@@ -48,6 +51,16 @@ GA_CODEC_ENTRY_POINTS(q2bit)
 GA_CODEC_ENTRY_POINTS(q1bit)
 GA_CODEC_ENTRY_POINTS(q1bit_scaled)
 GA_CODEC_ENTRY_POINTS(topk)
+
+#define GA_CODEC_ADD_CHECKED(codec)                                                                \
+    ga_status ga_##codec##_add_checked_cpu(const ga_exec *, const ga_codec_params *, const uint8_t *, \
+                                           size_t, size_t, float *);                               \
+    ga_status ga_##codec##_add_checked_cuda(const ga_exec *, const ga_codec_params *,              \
+                                            const uint8_t *, size_t, size_t, float *);
+
+GA_CODEC_ADD_CHECKED(none)
+GA_CODEC_ADD_CHECKED(fp16)
+GA_CODEC_ADD_CHECKED(bf16)
 
 /* True when every value of x[0..n) is finite (CPU, OpenMP/SIMD by ex). */
 bool ga_all_finite_cpu(const ga_exec *ex, const float *x, size_t n);

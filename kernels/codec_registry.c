@@ -63,19 +63,22 @@ static size_t size_topk(const ga_codec_params *p, size_t n)
 #define GA_BOTH(codec, op) {ga_##codec##_##op##_cpu, NULL}
 #endif
 
-#define GA_ROW(label, codec, residual, fixed, in_order, max, validate, size) \
-    {label, residual, fixed, in_order, max, validate, size, GA_BOTH(codec, encode), GA_BOTH(codec, decode_add)}
+/* checked: the op of the add_checked column, add_checked (dense codecs) or decode_add. */
+#define GA_ROW(label, codec, residual, fixed, in_order, max, validate, size, checked)                           \
+    {label, residual, fixed, in_order, max, validate, size, GA_BOTH(codec, encode), GA_BOTH(codec, decode_add), \
+     GA_BOTH(codec, checked)}
 
 static const ga_codec_row codec_table[GA_CODEC_COUNT] = {
-    [GA_CODEC_NONE] = GA_ROW("none", none, false, true, true, UINT64_MAX, validate_nothing, size_none),
-    [GA_CODEC_FP16] = GA_ROW("fp16", fp16, false, true, true, UINT64_MAX, validate_nothing, size_half),
-    [GA_CODEC_BF16] = GA_ROW("bf16", bf16, false, true, true, UINT64_MAX, validate_nothing, size_half),
-    [GA_CODEC_2BIT] = GA_ROW("2bit", q2bit, true, true, true, UINT64_MAX, validate_2bit, size_2bit),
-    [GA_CODEC_1BIT] = GA_ROW("1bit", q1bit, true, true, true, UINT64_MAX, validate_1bit, size_1bit),
+    [GA_CODEC_NONE] = GA_ROW("none", none, false, true, true, UINT64_MAX, validate_nothing, size_none, add_checked),
+    [GA_CODEC_FP16] = GA_ROW("fp16", fp16, false, true, true, UINT64_MAX, validate_nothing, size_half, add_checked),
+    [GA_CODEC_BF16] = GA_ROW("bf16", bf16, false, true, true, UINT64_MAX, validate_nothing, size_half, add_checked),
+    [GA_CODEC_2BIT] = GA_ROW("2bit", q2bit, true, true, true, UINT64_MAX, validate_2bit, size_2bit, decode_add),
+    [GA_CODEC_1BIT] = GA_ROW("1bit", q1bit, true, true, true, UINT64_MAX, validate_1bit, size_1bit, decode_add),
     /* The scales come before the sign words: a range of elements is not one range of bytes. */
-    [GA_CODEC_1BIT_SCALED] =
-        GA_ROW("1bit_scaled", q1bit_scaled, true, true, false, UINT64_MAX, validate_nothing, size_1bit_scaled),
-    [GA_CODEC_TOPK] = GA_ROW("topk", topk, true, false, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk),
+    [GA_CODEC_1BIT_SCALED] = GA_ROW("1bit_scaled", q1bit_scaled, true, true, false, UINT64_MAX, validate_nothing,
+                                    size_1bit_scaled, decode_add),
+    [GA_CODEC_TOPK] =
+        GA_ROW("topk", topk, true, false, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk, decode_add),
 };
 
 static const ga_codec_row *row_of(ga_codec_id codec)
@@ -195,8 +198,9 @@ ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_p
     return row->encode[ex->backend](ex, params, grad, residual, n, (uint8_t *)out, cap, out_len);
 }
 
-ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
-                              const void *payload, size_t len, size_t n, float *sum)
+/* What both decodes check before a codec runs: parameters, backend, buffers, the length. */
+static ga_status decode_args(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                             const void *payload, size_t len, size_t n, const float *sum)
 {
     size_t expect;
     GA_CHECK(ga_codec_encoded_size(codec, params, n, &expect));
@@ -204,7 +208,21 @@ ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_cod
     const ga_codec_row *row = row_of(codec);
     if ((n > 0 && !sum) || (len > 0 && !payload) || (uintptr_t)payload % 4 != 0) return GA_E_INVAL;
     if (row->fixed_size ? len != expect : len > expect) return GA_E_LENGTH;
-    return row->decode_add[ex->backend](ex, params, (const uint8_t *)payload, len, n, sum);
+    return GA_OK;
+}
+
+ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                              const void *payload, size_t len, size_t n, float *sum)
+{
+    GA_CHECK(decode_args(ex, codec, params, payload, len, n, sum));
+    return row_of(codec)->decode_add[ex->backend](ex, params, (const uint8_t *)payload, len, n, sum);
+}
+
+ga_status ga_codec_decode_add_checked(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                                      const void *payload, size_t len, size_t n, float *sum)
+{
+    GA_CHECK(decode_args(ex, codec, params, payload, len, n, sum));
+    return row_of(codec)->add_checked[ex->backend](ex, params, (const uint8_t *)payload, len, n, sum);
 }
 
 /* ---- payload checks without a sum: the content checks each CPU decoder runs first ---- */

@@ -123,6 +123,16 @@ ga_status ga_check_finite(const ga_exec *ex, const float *x, size_t n);
 ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                               const void *payload, size_t len, size_t n, float *sum);
 
+/* ga_codec_decode_add for a payload already checked (ga_codec_check_payload, or a decode of the
+ * same bytes): the checks of its values are not run again, so a dense payload (none, fp16,
+ * bf16) is read once instead of twice, and on CUDA its add is queued on ex's stream without
+ * waiting for the device. Every check that keeps memory safe still runs (lengths; top-k's
+ * indices), so a payload that was not checked gives wrong sums, never a stray access. The
+ * same sums, bit for bit, as ga_codec_decode_add; the same errors but GA_E_NONFINITE for the
+ * dense codecs. */
+ga_status ga_codec_decode_add_checked(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
+                                      const void *payload, size_t len, size_t n, float *sum);
+
 /* Checks a payload of n elements (host memory) exactly as ga_codec_decode_add would, without
  * adding it anywhere: the same errors, so a receiver can refuse a bad chunk before any state
  * changes. CPU only, any thread. */

@@ -306,9 +306,13 @@ fail:
 
 /* ---- the step's sums ---- */
 
-ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
-                              size_t len, size_t count, float *dst)
+/* Both decodes into compute memory (store_internal.h); checked: the payload's values were
+ * checked before (ga_codec_decode_add_checked). */
+static ga_status decode_into(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                             size_t len, size_t count, float *dst, bool checked)
 {
+    ga_status (*decode)(const ga_exec *, ga_codec_id, const ga_codec_params *, const void *, size_t, size_t,
+                        float *) = checked ? ga_codec_decode_add_checked : ga_codec_decode_add;
     if (s->compute == GA_STORE_MEM_HOST) {
         /* Codecs read payloads as 32-bit words; a protobuf buffer need not be aligned. */
         if ((uintptr_t)payload % 4 != 0) {
@@ -317,7 +321,7 @@ ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_par
             memcpy(s->stage, payload, len);
             payload = s->stage;
         }
-        return ga_codec_decode_add(&s->ex, codec, p, payload, len, count, dst);
+        return decode(&s->ex, codec, p, payload, len, count, dst);
     }
 
     /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
@@ -327,9 +331,21 @@ ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_par
     GA_CHECK(ga_store_regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
     if (len) memcpy(s->stage, payload, len);
     ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
-    if (rc == GA_OK) rc = ga_codec_decode_add(&s->ex, codec, p, s->dev_in, len, count, dst);
+    if (rc == GA_OK) rc = decode(&s->ex, codec, p, s->dev_in, len, count, dst);
     ga_status synced = ga_exec_sync(&s->ex); /* the staging buffers are reused by the next call */
     return rc != GA_OK ? rc : synced;
+}
+
+ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                              size_t len, size_t count, float *dst)
+{
+    return decode_into(s, codec, p, payload, len, count, dst, false);
+}
+
+ga_status ga_store_add_held(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                            size_t len, size_t count, float *dst)
+{
+    return decode_into(s, codec, p, payload, len, count, dst, true);
 }
 
 void ga_store_held_clear(ga_store *s, ga_store_tensor *t)
@@ -390,7 +406,8 @@ static ga_status accumulate(ga_store *s, uint32_t t, size_t offset, size_t count
     /* The length is checked before any staging, so a bad chunk cannot make the buffers grow. */
     size_t most;
     GA_CHECK(ga_codec_encoded_size(codec, p, count, &most));
-    if (len > most) return GA_E_LENGTH;
+    /* Exact for fixed sizes, even for a lent chunk: the apply's slices are cut by element. */
+    if (ga_codec_fixed_size(codec) ? len != most : len > most) return GA_E_LENGTH;
     if (len > 0 && !payload) return GA_E_INVAL;
     if (!p) return GA_E_INVAL;
 

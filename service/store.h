@@ -78,7 +78,8 @@ ga_status ga_store_accumulate(ga_store *s, uint32_t t, size_t offset, size_t cou
  * pushes costs the store no memory beyond what the caller already holds (and no pass over it
  * per push). *kept says whether the store kept a reference to payload (false on an error, and
  * for an unaligned payload, which is copied as before). A lent payload that breaks the promise
- * is still caught, by the apply's decode: that apply fails, with the step partly applied. */
+ * is added as it is (a NaN in it reaches the parameters); its length and a top-k payload's
+ * indices are still checked, so it cannot make the store read or write out of bounds. */
 ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_t count, ga_codec_id codec,
                                    const ga_codec_params *p, const void *payload, size_t len, bool *kept);
 /* Closes a step that had `contributors` >= 1 pushes: sums each tensor's chunks in arrival order,

@@ -82,10 +82,14 @@ ga_status ga_store_zero(ga_store *s, float *dst, size_t n);
 size_t ga_store_npieces(const ga_store *s, size_t n);
 /* Replaces *buf (capacity *cap bytes) by one of at least `need` bytes; contents not kept. */
 ga_status ga_store_regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need);
-/* Decodes a checked payload (host memory) of `count` elements and adds it into dst (compute
- * memory): aligned or staged as the backend needs. */
+/* Decodes a payload (host memory) of `count` elements and adds it into dst (compute memory):
+ * aligned or staged as the backend needs; validated as ga_codec_decode_add does. */
 ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
                               size_t len, size_t count, float *dst);
+/* The same for a held chunk (or a slice of one), whose values were checked when it was held or
+ * lent: ga_codec_decode_add_checked, so a dense payload is read once. */
+ga_status ga_store_add_held(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
+                            size_t len, size_t count, float *dst);
 /* Frees tensor t's held chunks (after the apply or a discard). */
 void ga_store_held_clear(ga_store *s, ga_store_tensor *t);
 

@@ -249,16 +249,16 @@ static void scratch_put(ga_store *s, apply_scratch *x)
  * taken in order). */
 static ga_status add_slice(ga_store *s, ga_store_held *h, size_t at, size_t m, const apply_scratch *x)
 {
-    if (m == h->count) return ga_store_decode_add(s, h->codec, &h->params, h->data, h->len, m, x->grad);
+    if (m == h->count) return ga_store_add_held(s, h->codec, &h->params, h->data, h->len, m, x->grad);
     size_t off, bytes;
     if (h->codec == GA_CODEC_TOPK) {
         ga_codec_params sp;
         GA_CHECK(ga_topk_slice(&h->params, h->data, h->len, h->count, at, m, &h->cursor, x->slice, x->slice_cap,
                                &bytes, &sp));
-        return ga_store_decode_add(s, h->codec, &sp, x->slice, bytes, m, x->grad);
+        return ga_store_add_held(s, h->codec, &sp, x->slice, bytes, m, x->grad);
     }
     GA_CHECK(ga_codec_payload_range(h->codec, &h->params, h->count, at, m, &off, &bytes));
-    return ga_store_decode_add(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad);
+    return ga_store_add_held(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad);
 }
 
 /* One range's chunks (by[0..count), equal ranges, in arrival order) block by block: each block's
@@ -290,7 +290,7 @@ static ga_status step_held(ga_store *s, ga_store_tensor *t, float scale, apply_s
         ga_status rc = ga_store_zero(s, sum, t->n);
         for (size_t i = 0; i < t->nheld && rc == GA_OK; i++) {
             const ga_store_held *h = &t->held[i];
-            rc = ga_store_decode_add(s, h->codec, &h->params, h->data, h->len, h->count, sum + h->offset);
+            rc = ga_store_add_held(s, h->codec, &h->params, h->data, h->len, h->count, sum + h->offset);
         }
         if (rc == GA_OK) rc = step_range(s, t, 0, t->n, sum, scale);
         return rc;

@@ -239,6 +239,11 @@ static void check_decode_random(ga_codec_id codec, float t, size_t n, uint64_t s
             assert_same_bytes(sum, want, n * sizeof(float), "%s decode_add of a random payload, t=%g n=%zu "
                               "threads=%d simd=%s", ga_codec_name(codec), t, n, thread_caps[tc],
                               ga_simd_name(levels[l]));
+            if (n) memcpy(sum, sum0, n * sizeof(float));
+            assert_int_equal(ga_codec_decode_add_checked(&ex, codec, &p, payload, bytes, n, sum), GA_OK);
+            assert_same_bytes(sum, want, n * sizeof(float), "%s decode_add_checked of a random payload, t=%g n=%zu "
+                              "threads=%d simd=%s", ga_codec_name(codec), t, n, thread_caps[tc],
+                              ga_simd_name(levels[l]));
         }
     }
     ga_free(payload), ga_free(sum0), ga_free(want), ga_free(sum);
@@ -597,6 +602,32 @@ static void test_check_finite(void **state)
     ga_free(x);
 }
 
+/* The checked decode skips the scan of a dense payload's values (a NaN is added, not refused),
+ * and keeps the length check. */
+static void test_decode_checked_skips_values(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    static const ga_codec_id dense[] = {GA_CODEC_NONE, GA_CODEC_FP16, GA_CODEC_BF16};
+    ga_exec ex = GA_EXEC_CPU_INIT;
+    for (size_t c = 0; c < sizeof dense / sizeof dense[0]; c++) {
+        ga_codec_params p = ga_codec_params_default(dense[c]);
+        size_t bytes = oracle_encoded_size(dense[c], N);
+        uint8_t *payload = xalloc(bytes);
+        memset(payload, 0, bytes);
+        memset(payload + bytes / 2, 0xFF, 4); /* NaN in any of the three */
+        float *sum = xalloc(N * sizeof(float));
+        memset(sum, 0, N * sizeof(float));
+        assert_int_equal(ga_codec_decode_add(&ex, dense[c], &p, payload, bytes, N, sum), GA_E_NONFINITE);
+        assert_int_equal(ga_codec_decode_add_checked(&ex, dense[c], &p, payload, bytes - 4, N, sum), GA_E_LENGTH);
+        assert_int_equal(ga_codec_decode_add_checked(&ex, dense[c], &p, payload, bytes, N, sum), GA_OK);
+        size_t nan = 0;
+        for (size_t i = 0; i < N; i++) nan += isnan(sum[i]);
+        assert_true(nan >= 1 && nan <= 2);
+        ga_free(payload), ga_free(sum);
+    }
+}
+
 static void test_payload_range(void **state)
 {
     (void)state;
@@ -659,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_encoded_size),
         cmocka_unit_test(test_check_finite),
         cmocka_unit_test(test_payload_range),
+        cmocka_unit_test(test_decode_checked_skips_values),
         cmocka_unit_test(test_host_memory_returned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

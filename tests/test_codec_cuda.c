@@ -166,6 +166,12 @@ static void parity_one(const parity_case *pc, size_t n, void *stream, void (*fil
         assert_int_equal(ga_exec_sync(&gpu), GA_OK);
         dev_to_host(back_f, d_sum, 4 * n);
         assert_memory_equal(back_f, sum, 4 * n);
+        /* The checked decode (queued, no value scan) adds the same bits again on both. */
+        assert_int_equal(ga_codec_decode_add_checked(&cpu, pc->codec, &p, out, len_cpu, n, sum), GA_OK);
+        assert_int_equal(ga_codec_decode_add_checked(&gpu, pc->codec, &p, d_payload, len_cpu, n, d_sum), GA_OK);
+        assert_int_equal(ga_exec_sync(&gpu), GA_OK);
+        dev_to_host(back_f, d_sum, 4 * n);
+        assert_memory_equal(back_f, sum, 4 * n);
     }
 
     ga_device_free(d_res);

@@ -583,6 +583,9 @@ static void test_decode_values(void **state)
             ga_exec ex = cpu(threads, GA_SIMD_AUTO);
             assert_int_equal(ga_codec_decode_add(&ex, GA_CODEC_TOPK, &p, payload, len, n, s), GA_OK);
             expect_same(s, want, n * sizeof *s, "decoded sum");
+            memcpy(s, sum, n * sizeof *s);
+            assert_int_equal(ga_codec_decode_add_checked(&ex, GA_CODEC_TOPK, &p, payload, len, n, s), GA_OK);
+            expect_same(s, want, n * sizeof *s, "decoded sum, checked");
             free(s);
         }
         free(payload);
