@@ -390,6 +390,19 @@ static ga_store_config plain_config(void)
     return cfg;
 }
 
+/* A store of cfg with one tensor of n zeros (index 0), its version-0 publication dropped. */
+static ga_store *store_of_zeros(const ga_store_config *cfg, size_t n)
+{
+    ga_store *s;
+    assert_int_equal(ga_store_create(cfg, &s), GA_OK);
+    uint32_t index;
+    ga_published pub;
+    assert_int_equal(ga_store_add_tensor(s, n, NULL, &index, &pub), GA_OK);
+    assert_int_equal(index, 0);
+    ga_published_clear(&pub);
+    return s;
+}
+
 static void bad_accumulate_changes_nothing(void **state)
 {
     (void)state;
@@ -915,12 +928,8 @@ static void scratch_is_one_block(ga_codec_id codec)
     cfg.optim = GA_OPTIM_SGD, cfg.sgd = (ga_sgd_params){.lr = 0.1f, .momentum = 0.9f};
     cfg.pull_codec = GA_CODEC_2BIT, cfg.pull_params.threshold = 0.004f;
     cfg.block_elems = BLOCK;
-    ga_store *s;
-    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
-    uint32_t index;
+    ga_store *s = store_of_zeros(&cfg, N);
     ga_published pub;
-    assert_int_equal(ga_store_add_tensor(s, N, NULL, &index, &pub), GA_OK);
-    ga_published_clear(&pub);
     ga_codec_params p;
     size_t len, piece_payload, delta_payload;
     uint8_t *payload = encoded(codec, N, 7, &p, &len);
@@ -1017,12 +1026,8 @@ static void lent_payload_values_are_the_lenders(void **state)
     (void)state;
     enum { N = 4096 };
     ga_store_config cfg = plain_config();
-    ga_store *s;
-    assert_int_equal(ga_store_create(&cfg, &s), GA_OK);
-    uint32_t index;
+    ga_store *s = store_of_zeros(&cfg, N);
     ga_published pub;
-    assert_int_equal(ga_store_add_tensor(s, N, NULL, &index, &pub), GA_OK);
-    ga_published_clear(&pub);
     const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
     float *g = floats0(N);
     g[N / 2] = NAN;
