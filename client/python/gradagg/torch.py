@@ -8,8 +8,9 @@
 Each parameter is registered with the client as its own storage: param.data must be float32 and
 contiguous (on the CPU, or on a CUDA device with a CUDA build), and must not be reassigned
 afterwards, because the library writes every new parameter version into that memory in place.
-The optimizer (SGD) runs on the server with hyper-parameters fixed for the job: changing
-param_groups' lr (an LR scheduler) is refused rather than silently ignored.
+The optimizer (SGD, or Adam/AdamW with optimizer=gradagg.Adam(...)) runs on the server with
+hyper-parameters fixed for the job: changing param_groups' lr (an LR scheduler) is refused
+rather than silently ignored.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import torch
 
 from .client import Client
-from .options import DGC, SGD
+from .options import DGC, SGD, Adam
 
 CodecFor = Callable[[str, torch.Tensor], Optional[str]]
 
@@ -37,15 +38,40 @@ def _named(params: Iterable[Any]) -> List[Tuple[str, torch.Tensor]]:
     return out
 
 
+def _server_optimizer(optimizer: Union[SGD, Adam, None], lr: Optional[float], momentum: float,
+                      weight_decay: float, nesterov: bool, dgc: Optional[DGC]) -> Union[SGD, Adam]:
+    """The job's server-side optimizer: `optimizer` as given, else SGD from the arguments."""
+    if optimizer is None:
+        if lr is None:
+            raise TypeError("DistributedOptimizer: give lr (SGD on the server) or optimizer=gradagg.Adam(...)")
+        # DGC carries the momentum on the worker: the server must not add it a second time.
+        return SGD(lr=lr, momentum=0.0 if dgc else momentum, weight_decay=weight_decay,
+                   nesterov=False if dgc else nesterov)
+    if not isinstance(optimizer, (SGD, Adam)):
+        raise TypeError(f"optimizer: {type(optimizer).__name__}, expected gradagg.SGD or gradagg.Adam")
+    given = [n for n, v, d in (("lr", lr, None), ("momentum", momentum, 0.0), ("weight_decay", weight_decay, 0.0),
+                               ("nesterov", nesterov, False)) if v != d]
+    if given:
+        raise TypeError(f"DistributedOptimizer: {', '.join(given)} given with optimizer=; set them in the "
+                        f"{type(optimizer).__name__} instead")
+    if dgc and isinstance(optimizer, Adam):
+        raise ValueError("dgc runs SGD momentum on the worker; it cannot be combined with a server-side Adam")
+    if dgc and optimizer.momentum != 0.0:
+        raise ValueError("dgc runs the momentum on the worker: the server's SGD must have momentum 0")
+    return optimizer
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """Data-parallel SGD through gradagg-server: step() pushes every parameter's gradient
     (compressed with `codec`) and writes the new parameters into the model in place.
 
     params: model.named_parameters() (names become the server's tensor names and must match
     across ranks), or plain tensors (named param0, param1, ...).
-    lr, momentum, weight_decay, nesterov: SGD on the server. With dgc the momentum runs on the
-    worker instead (DGC momentum correction, REFERENCE.md) and the server runs SGD with
-    momentum 0; dgc=True means DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
+    lr, momentum, weight_decay, nesterov: SGD on the server. optimizer=gradagg.Adam(...) (Adam,
+    AdamW with decoupled=True) or gradagg.SGD(...) names the server's optimizer instead; lr and
+    the SGD arguments are then left out. With dgc the momentum runs on the worker instead (DGC
+    momentum correction, REFERENCE.md) and the server runs SGD with momentum 0; dgc=True means
+    DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
     codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget), ratio:
     how gradients are pushed; codec_for(name, param) may return another codec for a parameter
     (e.g. "none" for small biases), None for the default. pull_codec and **client_kwargs go
@@ -54,10 +80,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable[Any], *, server: str, job: str, rank: int, world_size: int,
-                 lr: float, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+                 lr: Optional[float] = None, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.0,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
-                 codec_for: Optional[CodecFor] = None, **client_kwargs: Any) -> None:
+                 codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
+                 **client_kwargs: Any) -> None:
         named = _named(params)
         for name, p in named:
             if p.dtype != torch.float32:
@@ -72,15 +99,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             dgc_opt = dgc
         else:
             raise TypeError(f"dgc: {type(dgc).__name__}, expected bool or gradagg.DGC")
-        # DGC carries the momentum on the worker: the server must not add it a second time.
-        server_sgd = SGD(lr=lr, momentum=0.0 if dgc_opt else momentum, weight_decay=weight_decay,
-                         nesterov=False if dgc_opt else nesterov)
+        server_opt = _server_optimizer(optimizer, lr, momentum, weight_decay, nesterov, dgc_opt)
+        lr = server_opt.lr
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
         super().__init__([p for _, p in named], defaults)
         self._names = [n for n, _ in named]
         self._lr = lr
         self._zeros: Dict[int, torch.Tensor] = {}
-        self.client = Client(server, job, rank, world_size, optimizer=server_sgd, pull_codec=pull_codec,
+        self.client = Client(server, job, rank, world_size, optimizer=server_opt, pull_codec=pull_codec,
                              **client_kwargs)
         try:
             for name, p in named:

@@ -93,6 +93,51 @@ def test_none_grads_push_zeros(server, job) -> None:
             opt.step()
 
 
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_server_adam_matches_torch(server, job, decoupled: bool) -> None:
+    # optimizer=gradagg.Adam runs Adam (AdamW when decoupled) on the server; the same gradients
+    # through torch.optim give the same parameters up to float32 rounding (ga_optim.h's order).
+    torch.manual_seed(3)
+    model = torch.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    hp = dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    torch_opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)(ref.parameters(), **hp)
+    adam = gradagg.Adam(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1, decoupled=decoupled)
+    x = torch.randn(5, 3)
+    start = [p.detach().clone() for p in model.parameters()]
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=adam, **FAST) as opt:
+        for _ in range(3):
+            for m, o in ((model, opt), (ref, torch_opt)):
+                o.zero_grad()
+                (m(x) ** 2).sum().backward()
+                o.step()
+        assert all(not torch.equal(p, s) for p, s in zip(model.parameters(), start))
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-7), (p, q)
+        assert opt.param_groups[0]["lr"] == 0.01
+        opt.param_groups[0]["lr"] = 0.001
+        with pytest.raises(RuntimeError, match="lr changed"):
+            opt.step()
+
+
+def test_server_optimizer_arguments_are_checked(server, job) -> None:
+    model = torch.nn.Linear(2, 1)
+    kw = dict(server=server.addr, job=job, rank=0, world_size=1, **FAST)
+    with pytest.raises(TypeError, match="give lr"):
+        DistributedOptimizer(model.parameters(), **kw)
+    with pytest.raises(TypeError, match="lr given with optimizer"):
+        DistributedOptimizer(model.parameters(), lr=0.1, optimizer=gradagg.Adam(), **kw)
+    with pytest.raises(ValueError, match="server-side Adam"):
+        DistributedOptimizer(model.parameters(), optimizer=gradagg.Adam(), codec="topk", dgc=True, **kw)
+    with pytest.raises(ValueError, match="momentum 0"):
+        DistributedOptimizer(model.parameters(), optimizer=gradagg.SGD(0.1, momentum=0.9), codec="topk", dgc=True,
+                             **kw)
+    with pytest.raises(TypeError, match="expected gradagg.SGD or gradagg.Adam"):
+        DistributedOptimizer(model.parameters(), optimizer=torch.optim.SGD, **kw)
+
+
 def test_plain_params_and_closure(server, job) -> None:
     model = torch.nn.Linear(2, 1, bias=False)
     with DistributedOptimizer(model.parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""A model of compressed training in one process, to study why a codec stops learning (issue 23,
+item 2) before changing the SDK or the server: W ranks of bench/trainbench.py's task computed one
+after another, each rank's gradient compressed with error feedback, the mean applied by SGD.
+
+It models the arithmetic, not the code: the 2bit codec as +-t for |x| >= t with t the smoothed
+(1 - rho) quantile of a strided sample of |residual + g| (docs/auto-threshold.md; --scaled sends
+the sampled mean of the selected |x| instead of t), top-k as the exact largest |x|, momentum on
+the server (--momentum) or on the worker (--worker-momentum, DGC's momentum correction; --mask
+for its factor masking). No server, no wire, fp32 pulls. Prints the held-out loss every 10
+iterations; the same seeds give the same batches as trainbench.
+
+  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/efsim.py --codec 2bit [--momentum 0 --lr 0.5]
+"""
+import argparse
+import os
+import sys
+import time
+from typing import List, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainbench_model import Task, student  # noqa: E402
+
+
+class Rank:
+    """One worker's compression state per tensor: residual, threshold, worker momentum."""
+
+    def __init__(self, a: argparse.Namespace, params: List[torch.Tensor]) -> None:
+        self.a = a
+        self.residual = [torch.zeros_like(p) for p in params]
+        self.velocity = [torch.zeros_like(p) for p in params]
+        self.threshold: List[Optional[float]] = [None] * len(params)
+        self.step = 0
+
+    def compress(self, k: int, g: torch.Tensor) -> torch.Tensor:
+        a = self.a
+        if a.worker_momentum:
+            self.velocity[k] = a.worker_momentum * self.velocity[k] + g
+            g = self.velocity[k]
+        if a.codec == "none":
+            return g
+        x = self.residual[k] + g
+        ax = x.abs().flatten()
+        if a.codec == "2bit":
+            q = self.ternary(k, x, ax)
+        else:  # topk
+            keep = max(1, int(ax.numel() * a.ratio))
+            idx = ax.topk(keep).indices
+            q = torch.zeros_like(ax)
+            q[idx] = x.flatten()[idx]
+            q = q.view_as(x)
+        self.residual[k] = x - q
+        if a.worker_momentum and a.mask:
+            self.velocity[k][q != 0] = 0
+        return q
+
+    def ternary(self, k: int, x: torch.Tensor, ax: torch.Tensor) -> torch.Tensor:
+        a = self.a
+        n = ax.numel()
+        m = min(n, max(4096, n // 100))
+        stride = n // m
+        start = (self.step * 7919 + k * 104729) % max(1, stride)  # moves every step, as the SDK's
+        sample = ax[start::stride][:m]
+        est = float(sample.kthvalue(max(1, min(m, round((1 - a.rho) * m)))).values)
+        prev = self.threshold[k]
+        t = est if prev is None else a.smoothing * est + (1 - a.smoothing) * prev
+        self.threshold[k] = t
+        level = t
+        if a.scaled:
+            sel = sample[sample >= t]
+            level = float(sel.mean()) if sel.numel() else t
+        return torch.where(x >= t, level, torch.where(x <= -t, -level, 0.0))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--codec", default="none", choices=("none", "2bit", "topk"))
+    ap.add_argument("--rho", type=float, default=0.227, help="2bit density (0.227: the 1-bit budget)")
+    ap.add_argument("--smoothing", type=float, default=0.5)
+    ap.add_argument("--scaled", action="store_true", help="2bit level: mean of the selected |x|, not t")
+    ap.add_argument("--ratio", type=float, default=0.001, help="top-k keep ratio")
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9, help="the server's SGD momentum")
+    ap.add_argument("--worker-momentum", type=float, default=0.0)
+    ap.add_argument("--mask", action="store_true")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--model", default="mlp10m")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    task = Task(a.seed, 512)
+    model = student(a.model, a.seed)
+    params = list(model.parameters())
+    ranks = [Rank(a, params) for _ in range(a.world)]
+    buf = [torch.zeros_like(p) for p in params]
+    losses = [task.eval_loss(model)]
+    t0 = time.time()
+    for it in range(a.iters):
+        total = [torch.zeros_like(p) for p in params]
+        for r, rank in enumerate(ranks):
+            x, y = task.batch(r, it, a.batch)
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            for k, p in enumerate(params):
+                total[k] += rank.compress(k, p.grad.detach().clone())
+            rank.step += 1
+        with torch.no_grad():
+            for k, p in enumerate(params):
+                d = total[k] / a.world
+                buf[k] = a.momentum * buf[k] + d if it > 0 else d  # PyTorch's SGD (dampening 0)
+                p -= a.lr * buf[k]
+        if (it + 1) % 10 == 0:
+            losses.append(task.eval_loss(model))
+    print(" ".join(f"{v:.3f}" for v in losses), f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""Training benchmark (issue 23): a real training loop through gradagg against PyTorch DDP.
+
+W ranks train the same MLP student on a teacher's labels (bench/trainbench_model.py): same model,
+data, seeds and SGD (lr, momentum) for every system. Systems, in one run per link and regime:
+the compute-only floor (each rank trains alone: no communication), DDP over gloo fp32, DDP with
+the fp16 and PowerSGD comm hooks, and gradagg through gradagg.torch.DistributedOptimizer with
+each codec. Each rank runs in its own network namespace behind a tbf-shaped link (one more for
+the gradagg shard; bench/netbench_net.py), or everything on 127.0.0.1 for the link "lo".
+
+Regimes: "comm" (32 samples per rank: the communication-bound regime of GPU training on slow
+links; the run checks that DDP fp32 takes at least 2x the floor there) and "compute" (256
+samples per rank: compute-heavy on these CPUs).
+
+Per system: the median iteration (rank 0, evaluation excluded), its ratio to DDP fp32, to the
+best DDP hook and to the floor max(compute, bytes on the busiest link / link rate); the held-out
+loss after --iters iterations; the time to the target loss (the loss DDP fp32 reaches at
+--iters): training wall time up to the first evaluation at or below it. JSON and a PNG (loss
+against wall time) via bench/trainbench_report.py.
+
+  sudo /usr/bin/python3 bench/trainbench.py [--links 1gbit,10gbit,lo] [--regimes compute,comm]
+       [--systems floor,ddp-fp32,...] [--iters 100] [--model mlp10m]
+
+Needs root unless --links lo. Everything it creates is removed at the end, also on an error.
+Exit status: 0 when every row ran.
+"""
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import netbench_net as nn  # noqa: E402
+import trainbench_report as report  # noqa: E402
+from netbench import Interrupted, machine, on_signal  # noqa: E402
+from netbench_procs import Proc  # noqa: E402
+
+
+@dataclass(frozen=True)
+class System:
+    """One row: how a rank's gradients travel (the worker flags that select it)."""
+
+    name: str
+    kind: str  # floor | ddp | gradagg
+    flags: tuple = ()
+
+    @property
+    def ddp_hook(self) -> bool:
+        return self.kind == "ddp" and self.name != "ddp-fp32"
+
+
+SYSTEMS = {s.name: s for s in [
+    System("floor", "floor"),
+    System("ddp-fp32", "ddp"),
+    System("ddp-fp16", "ddp", ("--hook", "fp16")),
+    System("ddp-powersgd1", "ddp", ("--hook", "powersgd", "--psgd-rank", "1", "--bucket-mb", "1024")),
+    System("ddp-powersgd4", "ddp", ("--hook", "powersgd", "--psgd-rank", "4", "--bucket-mb", "1024")),
+    System("gradagg-none", "gradagg", ("--codec", "none")),
+    System("gradagg-fp16", "gradagg", ("--codec", "fp16")),
+    System("gradagg-2bit", "gradagg", ("--codec", "2bit", "--threshold", "auto")),
+    System("gradagg-2bit-2bitpull", "gradagg", ("--codec", "2bit", "--threshold", "auto", "--pull-codec", "2bit",
+                                                "--pull-threshold", "0.001")),
+    System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.001")),
+    System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
+    System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--pull-codec", "2bit",
+                                                "--pull-threshold", "0.001")),
+]}
+DEFAULT_SYSTEMS = ",".join(SYSTEMS)
+# Samples per rank per iteration. With an optimised BLAS (scripts/bootstrap installs OpenBLAS) 32
+# samples of mlp10m take ~0.06 s per rank on one core: at 1 Gbit that is communication-bound.
+REGIMES = {"comm": 32, "compute": 256}
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    env: Dict[str, str]
+    logdir: str
+    net: Optional[nn.Network] = None
+    procs: List[Proc] = field(default_factory=list)
+    dirs: List[str] = field(default_factory=list)
+    row_id: int = 0
+    port: int = 29600
+
+    def prefix(self, link: str, node: str) -> List[str]:
+        return [] if link == "lo" else self.net.exec_prefix(node)
+
+    def addr(self, link: str, node: str) -> str:
+        return "127.0.0.1" if link == "lo" else self.net.nodes[node].addr
+
+    def spawn(self, name: str, argv: List[str], stdin: bool = False) -> Proc:
+        p = Proc(f"{name} (row {self.row_id})", argv, os.path.join(self.logdir, f"{self.row_id:03d}-{name}.log"),
+                 env=self.env, stdin=stdin)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        while self.procs:
+            self.procs.pop().stop(grace=20)
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.dirs.clear()
+
+    def start_shard(self, link: str, deadline: float) -> str:
+        data = tempfile.mkdtemp(prefix="gtb-data-")
+        self.dirs.append(data)
+        host = self.addr(link, "s0")
+        p = self.spawn("s0-server", self.prefix(link, "s0") + [
+            self.args.server, "--listen", f"{host}:{0 if link == 'lo' else 7070}", "--admin-listen", f"{host}:0",
+            "--data-dir", data, "--log-level", "warn", *self.args.server_arg])
+        while True:
+            line = p.next_line(deadline)
+            if line is None:
+                raise RuntimeError(f"{p.name} exited: {p.tail()}")
+            if "listening on " in line:
+                return line.split("listening on ", 1)[1].strip()
+
+    def run_system(self, link: str, regime: str, sysm: System) -> Dict[str, Any]:
+        a = self.args
+        deadline = time.monotonic() + a.run_timeout
+        common = ["--system", sysm.kind, "--world", str(a.world), "--model", a.model, "--batch",
+                  str(REGIMES[regime]), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
+                  "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), *sysm.flags]
+        if sysm.kind == "gradagg":
+            common += ["--server", self.start_shard(link, deadline), "--job", f"tb-{self.row_id}"]
+        elif sysm.kind == "ddp":
+            self.port += 1
+            common += ["--master", f"{self.addr(link, 'w0')}:{self.port}", "--iface",
+                       "lo" if link == "lo" else nn.IFACE]
+        ranks = [self.spawn(f"w{r}-{sysm.name}", self.prefix(link, f"w{r}") + [
+            sys.executable, os.path.join(HERE, "trainbench_worker.py"), "--rank", str(r), *common], stdin=True)
+            for r in range(a.world)]
+        for p in ranks:
+            p.next_event(deadline)  # "ready": joined, model built
+        link0 = None if link == "lo" else self.net.counters()
+        for p in ranks:
+            p.send("go")
+        reports = [p.next_event(deadline) for p in ranks]
+        link1 = None if link == "lo" else self.net.counters()
+        return report.system_row(reports, a.iters, link0, link1)
+
+    def run_row(self, link: str, regime: str, sysm: System) -> Dict[str, Any]:
+        base = {"link": link, "regime": regime, "batch": REGIMES[regime], "system": sysm.name, "kind": sysm.kind,
+                "ddp_hook": sysm.ddp_hook, "world": self.args.world}
+        t0 = time.monotonic()
+        self.row_id += 1
+        try:
+            row = {**base, "status": "ok", **self.run_system(link, regime, sysm)}
+        except (Exception, TimeoutError) as e:
+            row = {**base, "status": "failed", "error": f"{type(e).__name__}: {e}"}
+        finally:
+            self.stop_all()
+        row["wall_s"] = time.monotonic() - t0
+        return row
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", default=os.path.join(REPO, "build/release/service/gradagg-server"))
+    ap.add_argument("--lib", default=None, help="libgradagg.so (default: next to the server's build)")
+    ap.add_argument("--links", default="1gbit,10gbit,lo", help="tbf rates, 'none' (veth unshaped) or 'lo' "
+                    "(no namespaces, 127.0.0.1)")
+    ap.add_argument("--regimes", default="comm,compute", help=f"from {','.join(REGIMES)}")
+    ap.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"from {','.join(SYSTEMS)}")
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--model", default="mlp10m", help="mlp10m or mlp25m (bench/trainbench_model.py)")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--server-arg", action="append", default=[], help="one more gradagg-server argument")
+    ap.add_argument("--run-timeout", type=float, default=1800, help="seconds for one row, start to end")
+    ap.add_argument("--json", default=os.path.join(REPO, "build/results/trainbench.json"))
+    ap.add_argument("--plot", default=os.path.join(REPO, "build/results/trainbench.png"))
+    a = ap.parse_args(argv)
+    a.links = [x for x in a.links.split(",") if x]
+    a.regimes = [x for x in a.regimes.split(",") if x]
+    for r in a.regimes:
+        if r not in REGIMES:
+            ap.error(f"--regimes: {r!r} is not one of {', '.join(REGIMES)}")
+    names = [x for x in a.systems.split(",") if x]
+    for n in names:
+        if n not in SYSTEMS:
+            ap.error(f"--systems: {n!r} is not one of {', '.join(SYSTEMS)}")
+    # The floor and DDP fp32 come first: every other row is measured against them.
+    a.systems = [SYSTEMS[n] for n in sorted(set(names), key=lambda n: list(SYSTEMS).index(n))]
+    for link in a.links:
+        nn.rate_bits(link)  # raises on a bad rate
+    if any(s.kind == "gradagg" for s in a.systems) and not os.access(a.server, os.X_OK):
+        ap.error(f"--server {a.server}: not an executable (build: cmake -S . -B build/release -G Ninja "
+                 "-DCMAKE_BUILD_TYPE=Release -DGA_WITH_CUDA=OFF && ninja -C build/release gradagg-server "
+                 "gradagg_shared)")
+    if a.lib is None:
+        a.lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.server))), "client", "libgradagg.so")
+    return a
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = parse_args(argv)
+    if os.geteuid() != 0 and any(link != "lo" for link in a.links):
+        print("trainbench: network namespaces need root (or --links lo)", file=sys.stderr)
+        return 2
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "client", "python"), HERE]),
+               GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1")
+    b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="gtb-logs-"))
+    info: Dict[str, Any] = {"machine": machine(), "args": {k: (v if k != "systems" else [s.name for s in v])
+                                                           for k, v in vars(a).items()}, "probes": {}, "rows": []}
+    swept = nn.sweep_stale()
+    if swept:
+        print(f"trainbench: removed leftovers of a killed run: {' '.join(swept)}")
+    failed = False
+    try:
+        if any(link != "lo" for link in a.links):
+            b.net = nn.Network(a.world, 1)
+            b.net.create()
+        for link in a.links:
+            bits = nn.rate_bits(link)
+            if link != "lo":
+                b.net.shape(link)
+                got = nn.probe(b.net, "w0", "w1", 1.0, bits)
+                info["probes"][link] = got
+                print(f"\n== link {link}: TCP probe w0 -> w1 {got / 1e9:.3f} Gbit/s", flush=True)
+            else:
+                print("\n== link lo: default namespace, 127.0.0.1, no shaping", flush=True)
+            for regime in a.regimes:
+                print(f"-- {regime} regime: {REGIMES[regime]} samples per rank, {a.iters} iterations", flush=True)
+                print(report.HEADER, flush=True)
+                for sysm in a.systems:
+                    row = b.run_row(link, regime, sysm)
+                    info["rows"].append(row)
+                    report.finish_rows(info["rows"], link, regime, bits)
+                    print(report.row_line(row), flush=True)
+                    failed |= row["status"] == "failed"
+    except (KeyboardInterrupt, Interrupted) as e:
+        print(f"\ntrainbench: interrupted ({str(e) or 'Ctrl-C'}); cleaning up", file=sys.stderr)
+        failed = True
+    finally:
+        b.stop_all()
+        if b.net:
+            b.net.destroy()
+            left = nn.leftovers(b.net.tag)
+            if left:
+                print(f"trainbench: could not remove {left}", file=sys.stderr)
+                failed = True
+        if not failed:
+            shutil.rmtree(b.logdir, ignore_errors=True)
+    info["machine"]["loadavg_end"] = os.getloadavg()
+    report.summarise(info, a)
+    if failed:
+        print(f"trainbench: worker/server logs kept in {b.logdir}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

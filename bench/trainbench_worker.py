@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""One rank of bench/trainbench.py (runs inside its namespace).
+
+Builds the student (bench/trainbench_model.py) and the system under test: the compute-only
+floor (local SGD, no communication), PyTorch DDP over gloo (optionally with a comm hook), or
+gradagg through gradagg.torch.DistributedOptimizer. Prints {"event": "ready"} once joined,
+waits for a "go" line on stdin, trains --iters iterations and prints {"event": "done", ...}:
+each iteration's wall time, and every --eval-every iterations the loss on the held-out set
+(computed on every rank, outside the timed iterations, so the ranks stay in step).
+Errors: {"event": "error"}, exit 1.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from trainbench_model import Task, student
+
+
+def emit(obj: Dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def opt_float(v: str) -> Optional[float]:
+    return None if v in ("", "none") else float(v)
+
+
+def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", a.iface)
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world)
+    if a.hook == "powersgd":
+        # One bucket (DDP's first is 1 MB by default): with two, the hook's collectives are issued
+        # from two threads, in an order that can differ between ranks, and gloo fails on it.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(a.bucket_mb * (1 << 20))
+    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
+    if a.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif a.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+        # start_powerSGD_iter 2: the least the hook accepts with error feedback and warm start.
+        state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=a.psgd_rank,
+                                 start_powerSGD_iter=a.psgd_start, use_error_feedback=True, warm_start=True)
+        ddp.register_comm_hook(state, ps.powerSGD_hook)
+    elif a.hook != "none":
+        raise ValueError(f"hook {a.hook!r}")
+    return ddp
+
+
+def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
+    from gradagg.torch import DistributedOptimizer
+
+    threshold: Any = a.threshold
+    if threshold not in (None, "auto"):
+        threshold = float(threshold)
+    return DistributedOptimizer(model.named_parameters(), server=a.server, job=a.job, rank=a.rank,
+                                world_size=a.world, lr=a.lr, momentum=a.momentum, codec=a.codec,
+                                threshold=threshold, ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
+                                pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=1,
+                                call_timeout_ms=120000, step_timeout_ms=600000)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--system", choices=("floor", "ddp", "gradagg"), required=True)
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--model", default="mlp10m")
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank per iteration")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-samples", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    # ddp
+    ap.add_argument("--master", help="host:port of rank 0's store")
+    ap.add_argument("--iface", default="eth0")
+    ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd"))
+    ap.add_argument("--psgd-rank", type=int, default=1)
+    ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--psgd-start", type=int, default=2)
+    # gradagg
+    ap.add_argument("--server")
+    ap.add_argument("--job", default="trainbench")
+    ap.add_argument("--codec", default="none")
+    ap.add_argument("--threshold", default=None, help="a float or 'auto'")
+    ap.add_argument("--ratio", type=opt_float, default=None)
+    ap.add_argument("--dgc", action="store_true")
+    ap.add_argument("--pull-codec", default="none")
+    ap.add_argument("--pull-threshold", type=opt_float, default=None)
+    ap.add_argument("--pull-ratio", type=opt_float, default=None)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    try:
+        task = Task(a.seed, a.eval_samples)
+        model = student(a.model, a.seed)
+        opt: Any
+        if a.system == "gradagg":
+            opt = gradagg_optimizer(a, model)
+            net = model
+        else:
+            net = ddp_model(a, model) if a.system == "ddp" else model
+            opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+        emit({"event": "ready", "rank": a.rank})
+        if sys.stdin.readline().strip() != "go":
+            raise RuntimeError("no go line on stdin")
+        iter_s: List[float] = []
+        evals: List[List[float]] = [[0, task.eval_loss(model)]]
+        pushed = pulled = 0
+        for i in range(a.iters):
+            x, y = task.batch(a.rank, i, a.batch)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            iter_s.append(time.perf_counter() - t0)
+            if a.system == "gradagg":
+                st = opt.client.stats
+                pushed += st.bytes_pushed
+                pulled += st.bytes_pulled
+            if (i + 1) % a.eval_every == 0 or i + 1 == a.iters:
+                evals.append([i + 1, task.eval_loss(model)])
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
+            raise RuntimeError("non-finite parameters after training")
+        if a.system == "gradagg":
+            opt.close()
+        emit({"event": "done", "rank": a.rank, "iter_s": iter_s, "evals": evals,
+              "bytes_pushed": pushed, "bytes_pulled": pulled})
+        return 0
+    except Exception as e:  # reported to the orchestrator, which records the row as failed
+        emit({"event": "error", "rank": a.rank, "error": f"{type(e).__name__}: {e}"})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
