@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 import netbench_net as nn  # noqa: E402
 import netbench_report as report  # noqa: E402
-from netbench_procs import Proc, cpu_s, free_port, metrics, reset_hwm, thread_cpu_s, vm_status  # noqa: E402
+from netbench_procs import Proc, check_build, cpu_s, free_port, metrics, reset_hwm, thread_cpu_s, vm_status  # noqa: E402
 
 MIB = 1 << 20
 
@@ -342,12 +342,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.systems = [SYSTEMS[x] for x in a.systems.split(",") if x]
     for link in a.links:
         nn.rate_bits(link)  # raises on a bad rate
-    if not os.access(a.server, os.X_OK):
-        ap.error(f"--server {a.server}: not an executable (build: cmake -S . -B build/release -G Ninja "
-                 "-DCMAKE_BUILD_TYPE=Release -DGA_WITH_CUDA=OFF && ninja -C build/release gradagg-server "
-                 "gradagg_shared)")
-    if a.lib is None:
-        a.lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.server))), "client", "libgradagg.so")
+    check_build(ap, a)
     return a
 
 
@@ -400,12 +395,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         failed = True
     finally:
         b.stop_all()
-        if b.net:
-            b.net.destroy()
-            left = nn.leftovers(b.net.tag)
-            if left:
-                print(f"netbench: could not remove {left}", file=sys.stderr)
-                failed = True
+        if not nn.teardown(b.net, "netbench"):
+            failed = True
         if not failed:
             shutil.rmtree(b.logdir, ignore_errors=True)
     info["machine"]["loadavg_end"] = os.getloadavg()

@@ -118,6 +118,18 @@ class Network:
             time.sleep(0.1)
 
 
+def teardown(net: Optional[Network], who: str) -> bool:
+    """Destroys net (None: nothing to do); False, with the names on stderr, when something of it
+    is left."""
+    if net is None:
+        return True
+    net.destroy()
+    left = leftovers(net.tag)
+    if left:
+        print(f"{who}: could not remove {left}", file=sys.stderr)
+    return not left
+
+
 def leftovers(tag: str) -> List[str]:
     """Namespaces and links whose names start with tag (empty after a clean destroy)."""
     ns = [l.split()[0] for l in sh("ip", "netns", "list").stdout.splitlines() if l.startswith(tag)]

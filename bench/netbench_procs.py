@@ -150,6 +150,17 @@ def metrics(argv_prefix: List[str], url: str, names: List[str]) -> Dict[str, flo
     return out
 
 
+def check_build(ap: Any, a: Any, server_needed: bool = True) -> None:
+    """The benchmarks' --server and --lib: ap.error unless a.server is an executable (when the run
+    starts servers); a.lib defaults to the libgradagg.so of the server's build tree."""
+    if server_needed and not os.access(a.server, os.X_OK):
+        ap.error(f"--server {a.server}: not an executable (build: cmake -S . -B build/release -G Ninja "
+                 "-DCMAKE_BUILD_TYPE=Release -DGA_WITH_CUDA=OFF && ninja -C build/release gradagg-server "
+                 "gradagg_shared)")
+    if a.lib is None:
+        a.lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.server))), "client", "libgradagg.so")
+
+
 def free_port() -> int:
     import socket
     with socket.socket() as s:

@@ -41,7 +41,7 @@ sys.path.insert(0, HERE)
 import netbench_net as nn  # noqa: E402
 import trainbench_report as report  # noqa: E402
 from netbench import Interrupted, machine, on_signal  # noqa: E402
-from netbench_procs import Proc  # noqa: E402
+from netbench_procs import Proc, check_build  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -195,12 +195,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.systems = [SYSTEMS[n] for n in sorted(set(names), key=lambda n: list(SYSTEMS).index(n))]
     for link in a.links:
         nn.rate_bits(link)  # raises on a bad rate
-    if any(s.kind == "gradagg" for s in a.systems) and not os.access(a.server, os.X_OK):
-        ap.error(f"--server {a.server}: not an executable (build: cmake -S . -B build/release -G Ninja "
-                 "-DCMAKE_BUILD_TYPE=Release -DGA_WITH_CUDA=OFF && ninja -C build/release gradagg-server "
-                 "gradagg_shared)")
-    if a.lib is None:
-        a.lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.server))), "client", "libgradagg.so")
+    check_build(ap, a, server_needed=any(s.kind == "gradagg" for s in a.systems))
     return a
 
 
@@ -248,12 +243,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         failed = True
     finally:
         b.stop_all()
-        if b.net:
-            b.net.destroy()
-            left = nn.leftovers(b.net.tag)
-            if left:
-                print(f"trainbench: could not remove {left}", file=sys.stderr)
-                failed = True
+        if not nn.teardown(b.net, "trainbench"):
+            failed = True
         if not failed:
             shutil.rmtree(b.logdir, ignore_errors=True)
     info["machine"]["loadavg_end"] = os.getloadavg()
