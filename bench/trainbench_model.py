@@ -1,5 +1,5 @@
 """The training task of bench/trainbench.py: an MLP student learns the labels of a fixed random
-teacher network. Every system trains the same student from the same initial weights on the same
+linear teacher. Every system trains the same student from the same initial weights on the same
 batches (drawn from the seed, the rank and the iteration), so their losses differ only by how
 the gradients travelled."""
 from typing import List, Sequence, Tuple

@@ -47,7 +47,7 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
         # start_powerSGD_iter 2: the least the hook accepts with error feedback and warm start.
         state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=a.psgd_rank,
-                                 start_powerSGD_iter=a.psgd_start, use_error_feedback=True, warm_start=True)
+                                 start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, ps.powerSGD_hook)
     elif a.hook != "none":
         raise ValueError(f"hook {a.hook!r}")
@@ -86,7 +86,6 @@ def main() -> int:
     ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd"))
     ap.add_argument("--psgd-rank", type=int, default=1)
     ap.add_argument("--bucket-mb", type=float, default=25.0)
-    ap.add_argument("--psgd-start", type=int, default=2)
     # gradagg
     ap.add_argument("--server")
     ap.add_argument("--job", default="trainbench")
