@@ -239,15 +239,21 @@ static uint64_t free_bytes(const char *path)
     return (uint64_t)v.f_bavail * v.f_frsize;
 }
 
-/* The filler file takes all free space but `leave` bytes (0: all of it). */
+/* The filler file takes all free space but `leave` bytes (0: all of it). The server writes while
+ * this runs, so an allocation that loses the race for the last bytes (ENOSPC) reads the free
+ * space again and retries. */
 static void fill(const char *path, uint64_t leave)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     assert_true(fd >= 0);
-    struct stat sb;
-    assert_int_equal(fstat(fd, &sb), 0);
-    uint64_t avail = free_bytes(mnt);
-    if (avail > leave) assert_int_equal(posix_fallocate(fd, 0, sb.st_size + (off_t)(avail - leave)), 0);
+    int rc = ENOSPC;
+    for (int attempt = 0; attempt < 100 && rc == ENOSPC; attempt++) {
+        struct stat sb;
+        assert_int_equal(fstat(fd, &sb), 0);
+        uint64_t avail = free_bytes(mnt);
+        rc = avail > leave ? posix_fallocate(fd, 0, sb.st_size + (off_t)(avail - leave)) : 0;
+    }
+    assert_int_equal(rc, 0);
     /* tmpfs may keep a page or two: take whatever is left, a page at a time. */
     if (leave == 0) {
         static char page[4096];
