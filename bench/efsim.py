@@ -57,21 +57,71 @@ class Rank:
         return q
 
     def ternary(self, k: int, x: torch.Tensor, ax: torch.Tensor) -> torch.Tensor:
+        q, self.threshold[k] = ternary(self.a, self.step, k, x, ax, self.threshold[k], self.a.rho)
+        return q
+
+
+def ternary(a: argparse.Namespace, step: int, k: int, x: torch.Tensor, ax: torch.Tensor, prev: Optional[float],
+            rho: float):
+    """The auto-threshold 2bit code of x: (quantised x, the new smoothed threshold)."""
+    n = ax.numel()
+    m = min(n, max(4096, n // 100))
+    stride = n // m
+    start = (step * 7919 + k * 104729) % max(1, stride)  # moves every step, as the SDK's
+    sample = ax[start::stride][:m]
+    est = float(sample.kthvalue(max(1, min(m, round((1 - rho) * m)))).values)
+    if est == 0.0:
+        return torch.zeros_like(x), prev
+    t = est if prev is None else a.smoothing * est + (1 - a.smoothing) * prev
+    level = t
+    if a.scaled:
+        sel = sample[sample >= t]
+        level = float(sel.mean()) if sel.numel() else t
+    return torch.where(x >= t, level, torch.where(x <= -t, -level, 0.0)), t
+
+
+def sign_scaled(x: torch.Tensor) -> torch.Tensor:
+    """1bit_scaled: each block of 1024 elements as sign(x) times its mean |x|."""
+    f = x.flatten()
+    pad = (-f.numel()) % 1024
+    blocks = torch.cat([f, f.new_zeros(pad)]).view(-1, 1024)
+    n = torch.full((blocks.shape[0], 1), 1024.0)
+    if pad:
+        n[-1] = 1024 - pad
+    scale = blocks.abs().sum(1, keepdim=True) / n
+    q = torch.where(blocks >= 0, scale, -scale).flatten()[: f.numel()]
+    return q.view_as(x)
+
+
+class Publisher:
+    """The server's compressed pulls: a published copy per tensor that moves by the coded
+    difference params - published (server-side error feedback); the workers compute on it."""
+
+    def __init__(self, a: argparse.Namespace, params: List[torch.Tensor]) -> None:
+        self.a = a
+        self.published = [p.detach().clone() for p in params]
+        self.threshold: List[Optional[float]] = [None] * len(params)
+        self.step = 0
+
+    def publish(self, params: List[torch.Tensor]) -> None:
         a = self.a
-        n = ax.numel()
-        m = min(n, max(4096, n // 100))
-        stride = n // m
-        start = (self.step * 7919 + k * 104729) % max(1, stride)  # moves every step, as the SDK's
-        sample = ax[start::stride][:m]
-        est = float(sample.kthvalue(max(1, min(m, round((1 - a.rho) * m)))).values)
-        prev = self.threshold[k]
-        t = est if prev is None else a.smoothing * est + (1 - a.smoothing) * prev
-        self.threshold[k] = t
-        level = t
-        if a.scaled:
-            sel = sample[sample >= t]
-            level = float(sel.mean()) if sel.numel() else t
-        return torch.where(x >= t, level, torch.where(x <= -t, -level, 0.0))
+        for k, p in enumerate(params):
+            d = p.detach() - self.published[k]
+            if a.pull == "none":
+                q = d
+            elif a.pull == "2bit":
+                q, self.threshold[k] = ternary(a, self.step, k, d, d.abs().flatten(), self.threshold[k], a.pull_rho)
+            elif a.pull == "1bit_scaled":
+                q = sign_scaled(d)
+            else:  # topk
+                ad = d.abs().flatten()
+                keep = max(1, int(ad.numel() * a.ratio))
+                q = torch.zeros_like(ad)
+                idx = ad.topk(keep).indices
+                q[idx] = d.flatten()[idx]
+                q = q.view_as(d)
+            self.published[k] += q
+        self.step += 1
 
 
 def main() -> int:
@@ -85,7 +135,11 @@ def main() -> int:
     ap.add_argument("--momentum", type=float, default=0.9, help="the server's SGD momentum")
     ap.add_argument("--worker-momentum", type=float, default=0.0)
     ap.add_argument("--mask", action="store_true")
+    ap.add_argument("--pull", default="none", choices=("none", "2bit", "1bit_scaled", "topk"), help="the pull codec")
+    ap.add_argument("--pull-rho", type=float, default=0.227, help="2bit pull density")
     ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--target", type=float, default=0.0, help="stop once the held-out loss is at most this")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--model", default="mlp10m")
@@ -97,6 +151,8 @@ def main() -> int:
     params = list(model.parameters())
     ranks = [Rank(a, params) for _ in range(a.world)]
     buf = [torch.zeros_like(p) for p in params]
+    master = [p.detach().clone() for p in params]  # the server's parameters
+    pub = Publisher(a, params)
     losses = [task.eval_loss(model)]
     t0 = time.time()
     for it in range(a.iters):
@@ -112,10 +168,16 @@ def main() -> int:
             for k, p in enumerate(params):
                 d = total[k] / a.world
                 buf[k] = a.momentum * buf[k] + d if it > 0 else d  # PyTorch's SGD (dampening 0)
-                p -= a.lr * buf[k]
-        if (it + 1) % 10 == 0:
+                master[k] -= a.lr * buf[k]
+            pub.publish(master)
+            for k, p in enumerate(params):
+                p.copy_(pub.published[k])
+        if (it + 1) % a.eval_every == 0:
             losses.append(task.eval_loss(model))
-    print(" ".join(f"{v:.3f}" for v in losses), f"({time.time() - t0:.0f} s)")
+            if a.target and losses[-1] <= a.target:
+                break
+    reached = f"target {a.target} at iteration {len(losses) * a.eval_every - a.eval_every}" if a.target and losses[-1] <= a.target else "target not reached"
+    print(" ".join(f"{v:.3f}" for v in losses[::max(1, 10 // a.eval_every)]), f"| {reached} ({time.time() - t0:.0f} s)")
     return 0
 
 

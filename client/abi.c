@@ -24,6 +24,7 @@ static const abi_row rows[] = {
     FIELD(ga_codec_params, seed),
     FIELD(ga_codec_params, topk_values),
     FIELD(ga_codec_params, topk_indices),
+    FIELD(ga_codec_params, select),
 
     SIZE(ga_sgd_params),
     FIELD(ga_sgd_params, lr),
@@ -83,6 +84,7 @@ static const abi_row rows[] = {
     FIELD(ga_auto_threshold, bits),
     FIELD(ga_auto_threshold, smoothing),
     FIELD(ga_auto_threshold, sample_fraction),
+    FIELD(ga_auto_threshold, level),
 
     SIZE(ga_tensor_options),
     FIELD(ga_tensor_options, version),

@@ -45,6 +45,9 @@ ga_status ga_auto_resolve(const ga_auto_threshold *in, ga_auto_threshold *out, c
     if (!(a.sample_fraction > 0.0f && a.sample_fraction <= 1.0f))
         return ga_status_fail(GA_E_INVAL, why, cap, "auto_threshold sample_fraction %g outside (0, 1]",
                               (double)in->sample_fraction);
+    if (a.level != GA_AUTO_LEVEL_MEAN && a.level != GA_AUTO_LEVEL_THRESHOLD)
+        return ga_status_fail(GA_E_INVAL, why, cap, "auto_threshold level %d: expected GA_AUTO_LEVEL_MEAN (0) or "
+                              "GA_AUTO_LEVEL_THRESHOLD (1)", (int)in->level);
     *out = a;
     return GA_OK;
 }
@@ -111,6 +114,18 @@ float ga_auto_smooth(float prev, int have_prev, float estimate, float smoothing)
 {
     if (!have_prev) return estimate;
     return smoothing * estimate + (1.0f - smoothing) * prev;
+}
+
+float ga_auto_level_mean(const float *x, size_t m, float t)
+{
+    double sum = 0.0;
+    size_t count = 0;
+    for (size_t i = 0; i < m; i++)
+        if (x[i] >= t) {
+            sum += (double)x[i];
+            count++;
+        }
+    return count ? (float)(sum / (double)count) : t;
 }
 
 float ga_auto_estimate(const float *residual, const float *g, size_t n, ga_auto_sample plan, double rho,

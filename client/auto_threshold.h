@@ -49,6 +49,10 @@ float ga_auto_quantile(float *x, size_t m, double rho);
  * smoothing * estimate + (1 - smoothing) * prev. */
 float ga_auto_smooth(float prev, int have_prev, float estimate, float smoothing);
 
+/* The level of GA_AUTO_LEVEL_MEAN: the mean of the x[0..m) (absolute values) that are >= t,
+ * summed in double in index order; t when none is. */
+float ga_auto_level_mean(const float *x, size_t m, float t);
+
 /* One step's estimate for a plain gradient: the sample of |residual[i] + g[i]| into scratch
  * (plan.count floats) and its quantile; 0 when the sample is all zero (keep the previous
  * threshold then). */

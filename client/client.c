@@ -128,11 +128,11 @@ static bool zero_bits(float f)
 }
 
 /* All bytes zero, field by field: a memcmp of the struct would read its padding, which a
- * caller's copy leaves undefined (ga_codec_params ends in 6 bytes of it). */
+ * caller's copy leaves undefined (ga_codec_params has 2 bytes of it after topk_indices). */
 static bool params_all_zero(const ga_codec_params *p)
 {
     return zero_bits(p->threshold) && zero_bits(p->ratio) && zero_bits(p->sample_fraction) &&
-           p->adapt_rounds == 0 && p->seed == 0 && p->topk_values == 0 && p->topk_indices == 0;
+           p->adapt_rounds == 0 && p->seed == 0 && p->topk_values == 0 && p->topk_indices == 0 && zero_bits(p->select);
 }
 
 ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p)
@@ -142,6 +142,9 @@ ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params 
     ga_codec_params out = zero;
     switch (codec) {
     case GA_CODEC_2BIT:
+        out.threshold = in.threshold;
+        out.select = in.select;
+        break;
     case GA_CODEC_1BIT:
         out.threshold = in.threshold;
         break;

@@ -52,6 +52,7 @@ typedef struct ga_tensor {
     float threshold;           /* 2bit/1bit: the threshold of the last push (the starting one before) */
     float density;             /* 2bit: nonzero codes / n of the last push; NaN before */
     float step_threshold;      /* planned for the open step; kept by encode_tensor */
+    float step_level;          /* the level sent at step_threshold (the chunks' threshold) */
     bool step_have;
     float clip_s;              /* DGC: this step's clipping coefficient (plan_tensor) */
     float *residual;           /* n floats when the codec has one; DGC: the accumulation v

@@ -92,7 +92,7 @@ typedef struct ga_client_options {
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
-     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
+     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
      NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
@@ -109,18 +109,26 @@ typedef struct ga_dgc_options {
                                coeff = ratio^(1/(warmup_epochs+1)); 0 = no warm-up */
 } ga_dgc_options;
 
+/* The value an automatically thresholded 2bit element is sent as. */
+typedef enum ga_auto_level {
+    GA_AUTO_LEVEL_MEAN = 0,     /* +-the mean |x| of the sampled elements at or above t (default) */
+    GA_AUTO_LEVEL_THRESHOLD = 1 /* +-t (MXNet's level) */
+} ga_auto_level;
+
 /* Automatic threshold of the 2bit codec (docs/auto-threshold.md). Before each push the SDK
  * estimates, from a strided sample of |residual + gradient|, the threshold t at which the
- * fraction of elements sent as +-t has an information content (entropy of the ternary code,
- * signs equally likely) of `bits` per element, and smooths it across steps:
+ * fraction of elements sent has an information content (entropy of the ternary code, signs
+ * equally likely) of `bits` per element, and smooths it across steps:
  * t = smoothing * estimate + (1 - smoothing) * previous t (the first step takes the estimate).
- * The codec params' threshold is the fallback while the sample is all zero. */
+ * Elements with |x| >= t are sent as +-the level (`level`), which the chunk carries as its
+ * threshold. The codec params' threshold is the fallback while the sample is all zero. */
 typedef struct ga_auto_threshold {
     bool enabled;          /* only with GA_CODEC_2BIT (GA_E_INVAL otherwise) */
     float bits;            /* budget in (0, log2(3)]; 0 = 1.0 bit per element */
     float smoothing;       /* weight of this step's estimate, in (0, 1]; 0 = 0.5 */
     float sample_fraction; /* fraction of elements sampled, in (0, 1]; 0 = 0.01 (never fewer than
                               4096 elements, or all of a smaller tensor) */
+    ga_auto_level level;   /* GA_AUTO_LEVEL_MEAN (0) or GA_AUTO_LEVEL_THRESHOLD */
 } ga_auto_threshold;
 
 typedef struct ga_tensor_options {
@@ -142,8 +150,8 @@ typedef struct ga_tensor_options {
 } ga_tensor_options;
 
 #define GA_TENSOR_OPTIONS_INIT                                                     \
-    {sizeof(ga_tensor_options), GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0}, \
-     {false, 0.0f, false, false, 0.0f, 0}, {false, 0.0f, 0.0f, 0.0f}, false}
+    {sizeof(ga_tensor_options), GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, \
+     {false, 0.0f, false, false, 0.0f, 0}, {false, 0.0f, 0.0f, 0.0f, GA_AUTO_LEVEL_MEAN}, false}
 
 /* Per-step figures of the last ga_client_step, and totals. */
 typedef struct ga_client_stats {

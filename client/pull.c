@@ -118,9 +118,7 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
         return GA_E_PROTO;
     }
     h.codec = (ga_codec_id)m->codec->id;
-    const Gradagg__V1__Codec *cm = m->codec;
-    h.params = (ga_codec_params){cm->threshold, cm->ratio, cm->sample_fraction, cm->adapt_rounds, cm->seed,
-                                 (uint8_t)cm->topk_values, (uint8_t)cm->topk_indices};
+    h.params = ga_codec_params_from_wire(m->codec);
     if (ps->nheld == ps->held_cap) {
         size_t ncap = ps->held_cap ? 2 * ps->held_cap : 16;
         held_delta *grown = ga_malloc(ncap * sizeof *grown);

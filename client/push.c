@@ -70,6 +70,11 @@ static ga_status plan_threshold(ga_client *c, ga_tensor *t, const float *g, uint
             t->step_have = true;
         }
     }
+    t->step_level = t->step_threshold;
+    if (t->autot.level == GA_AUTO_LEVEL_MEAN) {
+        float level = ga_auto_level_mean(c->sample, plan.count, t->step_threshold);
+        if (isfinite(level)) t->step_level = level;
+    }
     return GA_OK;
 }
 
@@ -82,7 +87,8 @@ static ga_status plan_tensor(ga_client *c, ga_tensor *t, const float *g, uint64_
     t->clip_s = t->dgc.enabled ? ga_dgc_clip_coeff(g, t->n, t->dgc.clip_norm) : 1.0f;
     if (t->autot.enabled) {
         if (plan_threshold(c, t, g, step, index) != GA_OK) goto nomem;
-        p.threshold = t->step_threshold;
+        p.select = t->step_threshold;
+        p.threshold = t->step_level;
     }
     size_t elems;
     ga_status st = ga_chunks_push_elems(t->codec, &p, c->opt.chunk_bytes, &elems);

@@ -1,4 +1,5 @@
-/* 2bit (MXNet) on the CPU: threshold quantisation with a residual, and the fused decode_add.
+/* 2bit (MXNet) on the CPU: threshold quantisation with a residual (selection at params->select,
+ * the level sent params->threshold), and the fused decode_add.
  * Tiles are processed by output word; the SIMD paths compute lane masks with vector compares
  * and pack them with ga_2bit_word_from_masks, so every path writes the same bytes. */
 #include "codec_internal.h"
@@ -15,7 +16,8 @@ typedef struct q2bit_ctx {
     float *residual;
     uint32_t *words;
     float *sum;
-    float t;
+    float t;      /* the level sent, +-t */
+    float select; /* encode: |x| >= select is sent */
 } q2bit_ctx;
 
 /* Elements [lo, hi) with lo a multiple of 16: whole words, the last one maybe partial. */
@@ -25,7 +27,7 @@ static void encode_scalar(const q2bit_ctx *c, size_t lo, size_t hi)
         size_t base = w * 16, end = base + 16 < hi ? base + 16 : hi;
         uint32_t word = 0;
         for (size_t i = base; i < end; i++)
-            word |= ga_2bit_quantize(&c->residual[i], c->grad[i], c->t) << ga_2bit_shift((uint32_t)(i - base));
+            word |= ga_2bit_quantize(&c->residual[i], c->grad[i], c->select, c->t) << ga_2bit_shift((uint32_t)(i - base));
         c->words[w] = word;
     }
 }
@@ -47,16 +49,16 @@ static void decode_scalar(const q2bit_ctx *c, size_t lo, size_t hi)
  * microcoded, packs with ga_2bit_word_from_masks instead. */
 GA_TARGET_AVX512 static size_t encode_avx512(const q2bit_ctx *c, size_t lo, size_t hi)
 {
-    const __m512 t = _mm512_set1_ps(c->t), neg_t = _mm512_set1_ps(-c->t);
+    const __m512 t = _mm512_set1_ps(c->t), sel = _mm512_set1_ps(c->select), neg_sel = _mm512_set1_ps(-c->select);
     const __m512i slot_order = _mm512_set_epi32(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3);
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
         __m512 v = _mm512_add_ps(_mm512_loadu_ps(c->residual + i), _mm512_loadu_ps(c->grad + i));
-        __mmask16 pos = _mm512_cmp_ps_mask(v, t, _CMP_GE_OQ);
-        __mmask16 neg = _mm512_cmp_ps_mask(v, neg_t, _CMP_LE_OQ);
+        __mmask16 pos = _mm512_cmp_ps_mask(v, sel, _CMP_GE_OQ);
+        __mmask16 neg = _mm512_cmp_ps_mask(v, neg_sel, _CMP_LE_OQ);
         __m512 slots = _mm512_permutexvar_ps(slot_order, v);
-        uint32_t slot_pos = _mm512_cmp_ps_mask(slots, t, _CMP_GE_OQ);
-        uint32_t slot_any = slot_pos | _mm512_cmp_ps_mask(slots, neg_t, _CMP_LE_OQ);
+        uint32_t slot_pos = _mm512_cmp_ps_mask(slots, sel, _CMP_GE_OQ);
+        uint32_t slot_any = slot_pos | _mm512_cmp_ps_mask(slots, neg_sel, _CMP_LE_OQ);
         v = _mm512_mask_sub_ps(v, pos, v, t);
         v = _mm512_mask_add_ps(v, neg, v, t);
         _mm512_storeu_ps(c->residual + i, v);
@@ -83,14 +85,14 @@ GA_TARGET_AVX512 static size_t decode_avx512(const q2bit_ctx *c, size_t lo, size
 /* Two 8-lane halves per word. */
 GA_TARGET_AVX2 static size_t encode_avx2(const q2bit_ctx *c, size_t lo, size_t hi)
 {
-    const __m256 t = _mm256_set1_ps(c->t), neg_t = _mm256_set1_ps(-c->t);
+    const __m256 t = _mm256_set1_ps(c->t), sel = _mm256_set1_ps(c->select), neg_sel = _mm256_set1_ps(-c->select);
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
         uint32_t pos = 0, any = 0;
         for (int h = 0; h < 2; h++) {
             float *r = c->residual + i + 8 * h;
             __m256 v = _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(c->grad + i + 8 * h));
-            __m256 p = _mm256_cmp_ps(v, t, _CMP_GE_OQ), n = _mm256_cmp_ps(v, neg_t, _CMP_LE_OQ);
+            __m256 p = _mm256_cmp_ps(v, sel, _CMP_GE_OQ), n = _mm256_cmp_ps(v, neg_sel, _CMP_LE_OQ);
             v = _mm256_blendv_ps(v, _mm256_sub_ps(v, t), p);
             v = _mm256_blendv_ps(v, _mm256_add_ps(v, t), n);
             _mm256_storeu_ps(r, v);
@@ -155,7 +157,8 @@ ga_status ga_q2bit_encode_cpu(const ga_exec *ex, const ga_codec_params *p, const
                               size_t n, uint8_t *out, size_t cap, size_t *out_len)
 {
     (void)cap;
-    q2bit_ctx c = {.ex = ex, .grad = grad, .residual = residual, .words = (uint32_t *)out, .t = p->threshold};
+    q2bit_ctx c = {.ex = ex, .grad = grad, .residual = residual, .words = (uint32_t *)out, .t = p->threshold,
+                   .select = ga_2bit_select(p)};
     ga_parallel_tiles(ex, n, 12.25, encode_tile, &c);
     *out_len = 4 * ((n + 15) / 16);
     return GA_OK;

@@ -5,14 +5,15 @@
 #include "codec_math.h"
 #include "cuda_check.h"
 
-static __global__ void encode_kernel(const float *grad, float *residual, uint32_t *words, size_t n, float t)
+static __global__ void encode_kernel(const float *grad, float *residual, uint32_t *words, size_t n, float select,
+                                     float t)
 {
     size_t nwords = (n + 15) / 16;
     for (size_t w = ga_cuda_tid(); w < nwords; w += ga_cuda_nthreads()) {
         size_t base = w * 16, end = base + 16 < n ? base + 16 : n;
         uint32_t word = 0;
         for (size_t i = base; i < end; i++)
-            word |= ga_2bit_quantize(&residual[i], grad[i], t) << ga_2bit_shift((uint32_t)(i - base));
+            word |= ga_2bit_quantize(&residual[i], grad[i], select, t) << ga_2bit_shift((uint32_t)(i - base));
         words[w] = word;
     }
 }
@@ -32,7 +33,7 @@ ga_status ga_q2bit_encode_cuda(const ga_exec *ex, const ga_codec_params *p, cons
     size_t nwords = (n + 15) / 16;
     if (n > 0) {
         GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), nwords, encode_kernel, grad, residual, (uint32_t *)out, n,
-                                p->threshold));
+                                ga_2bit_select(p), p->threshold));
     }
     *out_len = 4 * nwords;
     return GA_OK;

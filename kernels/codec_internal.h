@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* Where a 2bit encode selects: params->select, or the threshold when it is 0 (MXNet). */
+static inline float ga_2bit_select(const ga_codec_params *p) { return p->select > 0.0f ? p->select : p->threshold; }
+
 typedef ga_status (*ga_encode_fn)(const ga_exec *ex, const ga_codec_params *p, const float *grad,
                                   float *residual, size_t n, uint8_t *out, size_t cap, size_t *out_len);
 typedef ga_status (*ga_decode_add_fn)(const ga_exec *ex, const ga_codec_params *p, const uint8_t *payload,

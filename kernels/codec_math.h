@@ -88,16 +88,17 @@ GA_HD int ga_bf16_finite(uint16_t b) { return (b & 0x7F80u) != 0x7F80u; }
 
 GA_HD uint32_t ga_2bit_shift(uint32_t k) { return ((k >> 2) << 3) + 6u - 2u * (k & 3u); }
 
-/* r += g, then at most one +-t leaves r: returns the code. Inclusive comparisons (MXNet). */
-GA_HD uint32_t ga_2bit_quantize(float *r, float g, float t)
+/* r += g; v = r is sent as +level when v >= select, as -level when v <= -select, and the level
+ * sent leaves r: returns the code. Inclusive comparisons (MXNet, where select = level = t). */
+GA_HD uint32_t ga_2bit_quantize(float *r, float g, float select, float level)
 {
     float v = *r + g;
-    if (v >= t) {
-        *r = v - t;
+    if (v >= select) {
+        *r = v - level;
         return GA_2BIT_CODE_POS;
     }
-    if (v <= -t) {
-        *r = v + t;
+    if (v <= -select) {
+        *r = v + level;
         return GA_2BIT_CODE_NEG;
     }
     *r = v;

@@ -18,7 +18,8 @@ static ga_status validate_nothing(const ga_codec_params *p)
 
 static ga_status validate_2bit(const ga_codec_params *p)
 {
-    return finite_positive(p->threshold) ? GA_OK : GA_E_THRESHOLD;
+    return finite_positive(p->threshold) && (p->select == 0.0f || finite_positive(p->select)) ? GA_OK
+                                                                                                : GA_E_THRESHOLD;
 }
 
 static ga_status validate_1bit(const ga_codec_params *p)

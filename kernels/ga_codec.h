@@ -53,13 +53,17 @@ typedef enum ga_topk_indices { GA_TOPK_INDICES_INT32 = 0, GA_TOPK_INDICES_VARINT
 /* Codec parameters as carried on the wire (floats as exact IEEE bits, never as text).
  * A codec reads only its own fields; see ga_codec_params_default. */
 typedef struct ga_codec_params {
-    float threshold;         /* 2bit: t, finite and > 0. 1bit: t, finite (compared with >). */
+    float threshold;         /* 2bit: t, the level sent (+-t), finite and > 0. 1bit: t, finite
+                                (compared with >). */
     float ratio;             /* topk: keep ratio, in (0, 1]; k = ceil(n * ratio) */
     float sample_fraction;   /* topk: fraction sampled for the threshold, in (0, 1] */
     uint32_t adapt_rounds;   /* topk: most times the threshold is relaxed by 0.8 */
     uint64_t seed;           /* topk: picks the sample's start; vary it per step */
     uint8_t topk_values;     /* topk: ga_topk_values */
     uint8_t topk_indices;    /* topk: ga_topk_indices */
+    float select;            /* 2bit encode only, never on the wire: elements with |x| >= select
+                                are sent (as +-threshold); 0 = select at the threshold (MXNet),
+                                else finite and > 0 */
 } ga_codec_params;
 
 /* Defaults: 2bit t = 0.5 (MXNet), 1bit t = 0 (MXNet), topk ratio 0.001, sample 0.01,

@@ -457,3 +457,16 @@ void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Cod
     w->topk_values = p->topk_values;
     w->topk_indices = p->topk_indices;
 }
+
+ga_codec_params ga_codec_params_from_wire(const Gradagg__V1__Codec *w)
+{
+    return (ga_codec_params){
+        .threshold = w->threshold,
+        .ratio = w->ratio,
+        .sample_fraction = w->sample_fraction,
+        .adapt_rounds = w->adapt_rounds,
+        .seed = w->seed,
+        .topk_values = (uint8_t)w->topk_values,
+        .topk_indices = (uint8_t)w->topk_indices,
+    };
+}

@@ -54,6 +54,9 @@ grpc_byte_buffer *ga_wire_pack(const ProtobufCMessage *msg, const void *payload,
 
 /* Writes a codec and its parameters into the wire message w (initialised here; no allocation). */
 void ga_codec_to_wire(ga_codec_id id, const ga_codec_params *p, Gradagg__V1__Codec *w);
+/* The parameters a wire codec carries (not checked: ga_codec_params_validate; select is 0, as it
+ * never travels). topk_values and topk_indices are cut to 8 bits: check them on w first. */
+ga_codec_params ga_codec_params_from_wire(const Gradagg__V1__Codec *w);
 
 #ifdef __cplusplus
 }

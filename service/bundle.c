@@ -64,15 +64,7 @@ ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_c
     if (w->topk_indices > GA_TOPK_INDICES_VARINT)
         return ga_status_fail(GA_E_INVAL, why, cap, "%s: topk_indices %u is neither 0 (int32) nor 1 (varint)", what,
                     w->topk_indices);
-    ga_codec_params q = {
-        .threshold = w->threshold,
-        .ratio = w->ratio,
-        .sample_fraction = w->sample_fraction,
-        .adapt_rounds = w->adapt_rounds,
-        .seed = w->seed,
-        .topk_values = (uint8_t)w->topk_values,
-        .topk_indices = (uint8_t)w->topk_indices,
-    };
+    ga_codec_params q = ga_codec_params_from_wire(w);
     ga_codec_id c = (ga_codec_id)w->id;
     ga_status st = ga_codec_params_validate(c, &q);
     if (st == GA_E_THRESHOLD)

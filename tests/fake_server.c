@@ -401,9 +401,7 @@ static void do_push(ga_stream *s)
         if (c->step != h->step || c->rank != h->rank) st = finish(s, GA_E_STREAM_MIXED, "mixed stream");
         else if (!t || c->offset + c->count > t->n) st = finish(s, GA_E_UNKNOWN_TENSOR, "tensor '%s'", c->tensor);
         else {
-            ga_codec_params p = {c->codec->threshold, c->codec->ratio, c->codec->sample_fraction,
-                                 c->codec->adapt_rounds, c->codec->seed, (uint8_t)c->codec->topk_values,
-                                 (uint8_t)c->codec->topk_indices};
+            ga_codec_params p = ga_codec_params_from_wire(c->codec);
             ga_status cs = ga_codec_check_payload((ga_codec_id)c->codec->id, &p, c->payload.data, c->payload.len,
                                                   c->count);
             if (cs != GA_OK) st = finish(s, cs, "chunk %zu: %s", i, ga_strerror(cs));
@@ -431,9 +429,7 @@ static void do_push(ga_stream *s)
         for (size_t i = 0; i < s->nreq; i++) {
             Gradagg__V1__PushChunk *c = ch[i];
             ftensor *t = find(c->tensor);
-            ga_codec_params p = {c->codec->threshold, c->codec->ratio, c->codec->sample_fraction,
-                                 c->codec->adapt_rounds, c->codec->seed, (uint8_t)c->codec->topk_values,
-                                 (uint8_t)c->codec->topk_indices};
+            ga_codec_params p = ga_codec_params_from_wire(c->codec);
             /* Payloads are 4-byte aligned: ga_malloc'ed by the unpacking allocator. */
             ga_codec_decode_add(&ex, (ga_codec_id)c->codec->id, &p, c->payload.data, c->payload.len, c->count,
                                 t->sum + c->offset);

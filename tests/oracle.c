@@ -131,15 +131,16 @@ static int all_finite(const float *x, size_t n)
     return 1;
 }
 
-static void encode_2bit(float t, const float *g, float *r, size_t n, uint8_t *out)
+void oracle_encode_2bit(float select, float t, const float *g, float *r, size_t n, uint8_t *out)
 {
+    memset(out, 0, oracle_encoded_size(GA_CODEC_2BIT, n));
     for (size_t i = 0; i < n; i++) {
         float v = r[i] + g[i];
         unsigned code = 0; /* 00 */
-        if (v >= t) {
+        if (v >= select) {
             code = 3; /* 11 = +t */
             v = v - t;
-        } else if (v <= -t) {
+        } else if (v <= -select) {
             code = 2; /* 10 = -t */
             v = v + t;
         }
@@ -210,7 +211,7 @@ ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, f
         }
         return over ? GA_E_RANGE : GA_OK;
     }
-    case GA_CODEC_2BIT: encode_2bit(threshold, grad, residual, n, out); return GA_OK;
+    case GA_CODEC_2BIT: oracle_encode_2bit(threshold, threshold, grad, residual, n, out); return GA_OK;
     case GA_CODEC_1BIT: encode_1bit(threshold, grad, residual, n, out); return GA_OK;
     case GA_CODEC_1BIT_SCALED: encode_1bit_scaled(grad, residual, n, out); return GA_OK;
     default: return GA_E_CODEC;

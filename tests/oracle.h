@@ -20,6 +20,10 @@ size_t oracle_encoded_size(ga_codec_id codec, size_t n);
 ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, float *residual, size_t n,
                         uint8_t *out);
 
+/* 2bit with a selection apart from the level: v = r + g is sent as +t when v >= select, -t when
+ * v <= -select, and r keeps v minus what was sent (ga_codec_params.select). Grad finite. */
+void oracle_encode_2bit(float select, float t, const float *grad, float *residual, size_t n, uint8_t *out);
+
 /* The status a decoder must return for this payload (parameter, length and value checks, in no
  * particular order): GA_OK or an error. Does not check pointer alignment. */
 ga_status oracle_decode_check(ga_codec_id codec, float threshold, const uint8_t *payload, size_t len, size_t n);

@@ -75,20 +75,23 @@ static void density_solves_entropy(void **state)
 static void resolve_checks(void **state)
 {
     (void)state;
-    ga_auto_threshold in = {true, 0.0f, 0.0f, 0.0f}, out = {0};
+    ga_auto_threshold in = {true, 0.0f, 0.0f, 0.0f, GA_AUTO_LEVEL_MEAN}, out = {0};
     char why[160];
     assert_int_equal(ga_auto_resolve(&in, &out, why, sizeof why), GA_OK);
     assert_true(out.enabled && out.bits == 1.0f && out.smoothing == 0.5f && out.sample_fraction == 0.01f);
-    in = (ga_auto_threshold){true, (float)LOG2_3, 1.0f, 1.0f};
+    in = (ga_auto_threshold){true, (float)LOG2_3, 1.0f, 1.0f, GA_AUTO_LEVEL_MEAN};
     assert_int_equal(ga_auto_resolve(&in, &out, why, sizeof why), GA_OK);
     assert_true(out.bits == (float)LOG2_3);
 
+    const ga_auto_level mean = GA_AUTO_LEVEL_MEAN;
     const ga_auto_threshold bad[] = {
-        {true, -1.0f, 0.5f, 0.1f}, {true, 1.6f, 0.5f, 0.1f}, {true, NAN, 0.5f, 0.1f}, {true, 1.0f, 1.5f, 0.1f},
-        {true, 1.0f, -0.5f, 0.1f}, {true, 1.0f, NAN, 0.1f},  {true, 1.0f, 0.5f, 2.0f}, {true, 1.0f, 0.5f, -0.1f},
+        {true, -1.0f, 0.5f, 0.1f, mean},  {true, 1.6f, 0.5f, 0.1f, mean},  {true, NAN, 0.5f, 0.1f, mean},
+        {true, 1.0f, 1.5f, 0.1f, mean},   {true, 1.0f, -0.5f, 0.1f, mean}, {true, 1.0f, NAN, 0.1f, mean},
+        {true, 1.0f, 0.5f, 2.0f, mean},   {true, 1.0f, 0.5f, -0.1f, mean}, {true, 1.0f, 0.5f, 0.1f, (ga_auto_level)7},
     };
-    const char *words[] = {"bits -1", "bits 1.6", "bits nan", "smoothing 1.5", "smoothing -0.5", "smoothing nan",
-                           "sample_fraction 2", "sample_fraction -0.1"};
+    const char *words[] = {"bits -1",         "bits 1.6",        "bits nan",
+                           "smoothing 1.5",   "smoothing -0.5",  "smoothing nan",
+                           "sample_fraction 2", "sample_fraction -0.1", "level 7"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         out = (ga_auto_threshold){0};
         assert_int_equal(ga_auto_resolve(&bad[i], &out, why, sizeof why), GA_E_INVAL);
@@ -277,9 +280,9 @@ static void add_tensor_checks(void **state)
     assert_int_equal(index, 77);
     assert_int_equal(c->ntensors, 0);
     /* Disabled: the other fields are not looked at. */
-    t.auto_threshold = (ga_auto_threshold){false, -5.0f, 9.0f, 9.0f};
+    t.auto_threshold = (ga_auto_threshold){false, -5.0f, 9.0f, 9.0f, GA_AUTO_LEVEL_MEAN};
     assert_int_equal(ga_client_add_tensor(c, "fixed", shape, 1, p, &t, &index), GA_OK);
-    t.auto_threshold = (ga_auto_threshold){true, 0.0f, 0.0f, 0.0f};
+    t.auto_threshold = (ga_auto_threshold){true, 0.0f, 0.0f, 0.0f, GA_AUTO_LEVEL_MEAN};
     t.params.threshold = 0.25f;
     assert_int_equal(ga_client_add_tensor(c, "auto", shape, 1, p, &t, &index), GA_OK);
     t = (ga_tensor_options)GA_TENSOR_OPTIONS_INIT;
@@ -357,12 +360,60 @@ static void expect_conserved(const run *r)
     }
 }
 
+/* The mean level: the mean of the values at or above t, summed in double; t when there is none. */
+static void level_mean_of_selected(void **state)
+{
+    (void)state;
+    float x[] = {0.1f, 0.5f, 0.2f, 0.9f, 0.4f, 0.7f};
+    assert_true(ga_auto_level_mean(x, 6, 0.4f) == (float)((0.5 + 0.9 + 0.4 + 0.7) / 4.0));
+    assert_true(ga_auto_level_mean(x, 6, 0.9f) == 0.9f);
+    assert_true(ga_auto_level_mean(x, 6, 1.0f) == 1.0f);
+    assert_true(ga_auto_level_mean(x, 0, 0.3f) == 0.3f);
+}
+
+/* One step with the whole tensor sampled and smoothing 1: the elements at or above the sample's
+ * quantile t are sent, as +-the mean of their |g| (GA_AUTO_LEVEL_MEAN) or as +-t
+ * (GA_AUTO_LEVEL_THRESHOLD), and the residual keeps g minus what was sent. */
+static void level_sent(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+        t.codec = GA_CODEC_2BIT;
+        t.auto_threshold = (ga_auto_threshold){true, 1.0f, 1.0f, 1.0f, (ga_auto_level)mode};
+        static run r;
+        run_open(&r, &t);
+        assert_int_equal(run_step(&r, 0.01, 900u + (uint64_t)mode), GA_OK);
+        float thr = 0.0f;
+        assert_int_equal(ga_client_tensor_threshold(r.c, 0, &thr, NULL), GA_OK);
+        static float sorted[N_A], pushed[N_A];
+        for (size_t i = 0; i < N_A; i++) sorted[i] = fabsf(r.ga[i]);
+        assert_true(thr == ga_auto_quantile(sorted, N_A, ga_auto_density_for_bits(1.0)));
+        double sum = 0.0;
+        size_t count = 0;
+        for (size_t i = 0; i < N_A; i++)
+            if (fabsf(r.ga[i]) >= thr) sum += (double)fabsf(r.ga[i]), count++;
+        float level = mode == GA_AUTO_LEVEL_MEAN ? (float)(sum / (double)count) : thr;
+        assert_true(level > thr || mode == GA_AUTO_LEVEL_THRESHOLD);
+        assert_true(fake_server_pushed_sum("a", pushed, N_A));
+        const float *res = r.c->tensors[0].residual;
+        for (size_t i = 0; i < N_A; i++) {
+            float want = fabsf(r.ga[i]) >= thr ? copysignf(level, r.ga[i]) : 0.0f;
+            if (pushed[i] != want || res[i] != r.ga[i] - want)
+                fail_msg("level %d, element %zu: g %g sent %g (want %g), residual %g", mode, i, (double)r.ga[i],
+                         (double)pushed[i], (double)want, (double)res[i]);
+        }
+        run_close(&r);
+        fake_server_reset(1000, GA_CODEC_COUNT);
+    }
+}
+
 static void follows_scale_change(void **state)
 {
     (void)state;
     ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
     t.codec = GA_CODEC_2BIT;
-    t.auto_threshold = (ga_auto_threshold){true, 1.0f, 0.5f, 0.0f};
+    t.auto_threshold = (ga_auto_threshold){true, 1.0f, 0.5f, 0.0f, GA_AUTO_LEVEL_MEAN};
     static run r;
     run_open(&r, &t);
     const double rho = ga_auto_density_for_bits(1.0);
@@ -392,7 +443,7 @@ static void with_dgc(void **state)
     (void)state;
     ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
     t.codec = GA_CODEC_2BIT;
-    t.auto_threshold = (ga_auto_threshold){true, 0.5f, 1.0f, 0.05f};
+    t.auto_threshold = (ga_auto_threshold){true, 0.5f, 1.0f, 0.05f, GA_AUTO_LEVEL_MEAN};
     t.dgc = (ga_dgc_options){true, 0.9f, false, true, 0.0f, 0};
     static run r;
     run_open(&r, &t);
@@ -455,6 +506,8 @@ int main(void)
         cmocka_unit_test(quantile_matches_sort),
         cmocka_unit_test(estimator_hits_density),
         cmocka_unit_test_setup_teardown(add_tensor_checks, setup, teardown),
+        cmocka_unit_test(level_mean_of_selected),
+        cmocka_unit_test_setup_teardown(level_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(follows_scale_change, setup, teardown),
         cmocka_unit_test_setup_teardown(with_dgc, setup, teardown),
         cmocka_unit_test_setup_teardown(nonfinite_changes_nothing, setup, teardown),

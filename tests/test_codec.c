@@ -191,6 +191,76 @@ static void check_encode_decode(ga_codec_id codec, float t, size_t n, uint64_t s
     ga_free(out), ga_free(res), ga_free(sum);
 }
 
+/* 2bit with a selection threshold apart from the level sent (the automatic threshold's mean
+ * level): every SIMD path and thread count gives the oracle's bytes and residual, the payload
+ * decodes to +-level, and select 0 is MXNet's encode. */
+static void test_2bit_select(void **state)
+{
+    (void)state;
+    static const float pairs[][2] = {{0.3f, 0.5f}, {0.5f, 0.3f}, {0.5f, 0.5f}, {1e-3f, 4.5e-3f}};
+    static const size_t ns[] = {1, 15, 17, 33, 4099, 100003};
+    ga_simd levels[3];
+    int n_levels = simd_levels(levels);
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        float select = pairs[k][0], level = pairs[k][1];
+        for (size_t l = 0; l < sizeof ns / sizeof ns[0]; l++) {
+            size_t n = ns[l], bytes = oracle_encoded_size(GA_CODEC_2BIT, n);
+            float *grad = gen_array(40 + l, n, select), *res0 = gen_array(50 + l, n, select);
+            uint8_t *want = xalloc(bytes), *out = xalloc(bytes);
+            float *want_res = dup(res0, n * sizeof(float)), *res = xalloc(n * sizeof(float));
+            oracle_encode_2bit(select, level, grad, want_res, n, want);
+            ga_codec_params p = params_for(GA_CODEC_2BIT, level);
+            p.select = select;
+            for (size_t tc = 0; tc < sizeof thread_caps / sizeof thread_caps[0]; tc++)
+                for (int s = 0; s < n_levels; s++) {
+                    ga_exec ex = {GA_BACKEND_CPU, thread_caps[tc], levels[s], NULL};
+                    memcpy(res, res0, n * sizeof(float));
+                    size_t len = 0;
+                    assert_int_equal(ga_codec_encode(&ex, GA_CODEC_2BIT, &p, grad, res, n, out, bytes, &len), GA_OK);
+                    assert_int_equal(len, bytes);
+                    assert_same_bytes(out, want, bytes, "2bit select %g level %g n=%zu simd=%s", select, level, n,
+                                      ga_simd_name(levels[s]));
+                    assert_same_bytes(res, want_res, n * sizeof(float), "2bit select residual n=%zu simd=%s", n,
+                                      ga_simd_name(levels[s]));
+                }
+            /* What was sent decodes to +-level, and residual + sent is what went in. */
+            float *sum = xalloc(n * sizeof(float));
+            memset(sum, 0, n * sizeof(float));
+            assert_int_equal(ga_codec_decode_add(&(ga_exec){GA_BACKEND_CPU, 1, GA_SIMD_SCALAR, NULL}, GA_CODEC_2BIT, &p,
+                                                 want, bytes, n, sum), GA_OK);
+            size_t sent = 0;
+            for (size_t i = 0; i < n; i++) {
+                float v = res0[i] + grad[i];
+                assert_true(sum[i] == 0.0f || fabsf(sum[i]) == level);
+                assert_true(sum[i] == 0.0f ? fabsf(v) < select : fabsf(v) >= select && (sum[i] > 0) == (v > 0));
+                assert_true(want_res[i] == v - sum[i]);
+                sent += sum[i] != 0.0f;
+            }
+            if (n > 1000) assert_true(sent > 0 && sent < n);
+            ga_free(grad), ga_free(res0), ga_free(want), ga_free(out), ga_free(want_res), ga_free(res), ga_free(sum);
+        }
+    }
+    /* select 0 selects at the threshold: MXNet's bytes. */
+    ga_codec_params p = params_for(GA_CODEC_2BIT, 0.5f), q = p;
+    q.select = 0.5f;
+    float g[40], r1[40] = {0}, r2[40] = {0};
+    uint8_t a[12], b[12];
+    for (int i = 0; i < 40; i++) g[i] = (float)(i - 20) * 0.05f;
+    ga_exec ex = {GA_BACKEND_CPU, 1, GA_SIMD_SCALAR, NULL};
+    size_t la, lb;
+    assert_int_equal(ga_codec_encode(&ex, GA_CODEC_2BIT, &p, g, r1, 40, a, sizeof a, &la), GA_OK);
+    assert_int_equal(ga_codec_encode(&ex, GA_CODEC_2BIT, &q, g, r2, 40, b, sizeof b, &lb), GA_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(r1, r2, sizeof r1);
+    /* A select that is negative, NaN or infinite is refused. */
+    static const float bad[] = {-0.5f, NAN, INFINITY};
+    for (size_t k = 0; k < 3; k++) {
+        q.select = bad[k];
+        assert_int_equal(ga_codec_params_validate(GA_CODEC_2BIT, &q), GA_E_THRESHOLD);
+        assert_int_equal(ga_codec_encode(&ex, GA_CODEC_2BIT, &q, g, r2, 40, b, sizeof b, &lb), GA_E_THRESHOLD);
+    }
+}
+
 /* Random valid payloads, not only encoder output: every 2-bit code (01 included), stray bits
  * past n in the last word, any finite half, any finite non-negative scale. */
 static void random_payload(ga_codec_id codec, size_t n, uint64_t seed, uint8_t *payload)
@@ -682,6 +752,7 @@ int main(void)
         ORACLE_TEST("2bit", 3), ORACLE_TEST("1bit", 4), ORACLE_TEST("1bit_scaled", 5),
 #undef ORACLE_TEST
         cmocka_unit_test(test_residual_carry),
+        cmocka_unit_test(test_2bit_select),
         cmocka_unit_test(test_error_feedback),
         cmocka_unit_test(test_thread_determinism),
         cmocka_unit_test(test_fp16_sweep),

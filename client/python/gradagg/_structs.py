@@ -29,7 +29,7 @@ class CodecParams(ctypes.Structure):
     """ga_codec_params."""
     _fields_ = [("threshold", c_float), ("ratio", c_float), ("sample_fraction", c_float),
                 ("adapt_rounds", c_uint32), ("seed", c_uint64), ("topk_values", c_uint8),
-                ("topk_indices", c_uint8)]
+                ("topk_indices", c_uint8), ("select", c_float)]
 
 
 class ClientOptions(ctypes.Structure):
@@ -53,7 +53,8 @@ class DgcOptions(ctypes.Structure):
 
 class AutoThreshold(ctypes.Structure):
     """ga_auto_threshold."""
-    _fields_ = [("enabled", c_bool), ("bits", c_float), ("smoothing", c_float), ("sample_fraction", c_float)]
+    _fields_ = [("enabled", c_bool), ("bits", c_float), ("smoothing", c_float), ("sample_fraction", c_float),
+                ("level", c_enum)]
 
 
 class TensorOptions(ctypes.Structure):

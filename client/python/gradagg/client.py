@@ -26,6 +26,7 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor (torch is optional)
 Threshold = Union[float, str, None]
 
 _MODES = {"sync": 0, "async": 1}
+_AUTO_LEVELS = ("mean", "threshold")  # ga_auto_level, in enum order
 _OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM = 0, 1, 2
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
@@ -246,7 +247,7 @@ class Client:
 
     def add_tensor(self, name: str, params: ArrayLike, *, codec: str = "none", threshold: Threshold = None,
                    auto_bits: float = 1.0, auto_smoothing: float = 0.0, auto_sample_fraction: float = 0.0,
-                   ratio: Optional[float] = None, dgc: Optional[DGC] = None) -> int:
+                   auto_level: str = "mean", ratio: Optional[float] = None, dgc: Optional[DGC] = None) -> int:
         """Registers params (float32, C-contiguous, writable; numpy array or torch tensor, CPU or
         CUDA) under name and returns its index. Before init() only. The client keeps a reference
         to params and the library writes each new parameter version into its memory, so it must
@@ -254,7 +255,8 @@ class Client:
 
         codec: how this tensor's gradients are pushed (codecs()). threshold: the 2bit/1bit
         threshold, or "auto" for the automatic 2bit threshold targeting auto_bits bits per element
-        (auto_smoothing, auto_sample_fraction: 0 = the library's defaults). ratio: the topk keep
+        (auto_smoothing, auto_sample_fraction: 0 = the library's defaults; auto_level "mean" sends
+        the mean |x| of the sampled elements at or above t, "threshold" sends t). ratio: the topk keep
         ratio. dgc: Deep Gradient Compression options (a codec with a residual). A torch CUDA
         tensor is registered as a device tensor (the library must be built with CUDA).
         """
@@ -269,9 +271,12 @@ class Client:
             raise ValueError(f"threshold: {threshold!r}, expected a float, 'auto' or None")
         t.params = codec_params(t.codec, None if auto else threshold, ratio)  # type: ignore[arg-type]
         if auto:
+            if auto_level not in _AUTO_LEVELS:
+                raise ValueError(f"auto_level: {auto_level!r}, expected one of {', '.join(_AUTO_LEVELS)}")
             t.auto_threshold = S.AutoThreshold(True, _float("auto_bits", auto_bits),
                                                _float("auto_smoothing", auto_smoothing),
-                                               _float("auto_sample_fraction", auto_sample_fraction))
+                                               _float("auto_sample_fraction", auto_sample_fraction),
+                                               _AUTO_LEVELS.index(auto_level))
         if dgc is not None:
             if not isinstance(dgc, DGC):
                 raise TypeError(f"dgc: {type(dgc).__name__}, expected gradagg.DGC or None")
