@@ -44,6 +44,12 @@ def codecs() -> List[str]:
         i += 1
 
 
+def codec_has_residual(name: str) -> bool:
+    """True for the codecs that keep an error-feedback residual on the sender (2bit, 1bit,
+    1bit_scaled, topk): they send part of each gradient and carry the rest to later steps."""
+    return bool(_lib.ga_codec_has_residual(codec_id(name)))
+
+
 def codec_id(name: str) -> int:
     """The wire id of a codec name; gradagg.errors.CodecError for an unknown one."""
     if not isinstance(name, str):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from .client import Client
+from .client import Client, codec_has_residual
 from .options import DGC, SGD, Adam
 
 CodecFor = Callable[[str, torch.Tensor], Optional[str]]
@@ -72,10 +72,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
     the SGD arguments are then left out. With dgc the momentum runs on the worker instead (DGC
     momentum correction, REFERENCE.md) and the server runs SGD with momentum 0; dgc=True means
     DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
-    codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget), ratio:
-    how gradients are pushed; codec_for(name, param) may return another codec for a parameter
-    (e.g. "none" for small biases), None for the default. pull_codec and **client_kwargs go
-    to gradagg.Client (mean, mode, deadline_ms, chunk_bytes, auth_token, ...).
+    codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget; a 2bit
+    tensor without a threshold gets "auto"), ratio: how gradients are pushed; codec_for(name,
+    param) may return another codec for a parameter (e.g. "none" for small biases), None for the
+    default. pull_codec and **client_kwargs go to gradagg.Client (mean, mode, deadline_ms,
+    chunk_bytes, auth_token, ...).
+    Momentum with a codec that keeps a residual (2bit, 1bit, 1bit_scaled, topk): when any
+    parameter uses one and neither dgc nor optimizer= is given, momentum and weight decay run on
+    the worker before the encode (DGC's momentum correction, without factor masking or warm-up)
+    and the server runs plain SGD. Momentum on the server would act on sums that error feedback
+    makes bursty (an element is sent only every few steps, then all at once), and a burst
+    multiplied by the momentum's 1 / (1 - momentum) overshoots; on the worker it acts on the
+    gradients themselves, so the same update is what gets compressed. optimizer=gradagg.SGD(lr,
+    momentum=m) keeps the momentum on the server.
     A parameter whose .grad is None pushes zeros.
     """
 
@@ -100,9 +109,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             dgc_opt = dgc
         else:
             raise TypeError(f"dgc: {type(dgc).__name__}, expected bool or gradagg.DGC")
+        codecs = [(codec_for(name, p) if codec_for else None) or codec for name, p in named]
+        self._worker_weight_decay = 0.0
+        if dgc_opt is None and optimizer is None and momentum and any(codec_has_residual(c) for c in codecs):
+            dgc_opt = DGC(momentum=momentum, nesterov=nesterov, factor_masking=False)
+            self._worker_weight_decay, weight_decay = weight_decay, 0.0
         server_opt = _server_optimizer(optimizer, lr, momentum, weight_decay, nesterov, dgc_opt)
+        #: The job's server-side optimizer (gradagg.SGD or gradagg.Adam), as sent to the server.
+        self.server_optimizer = server_opt
+        #: Where SGD momentum runs: "worker" (DGC momentum correction before the encode) or "server".
+        self.momentum_on = "worker" if dgc_opt and dgc_opt.momentum else "server"
         lr = server_opt.lr
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay + self._worker_weight_decay,
+                        nesterov=nesterov)
         super().__init__([p for _, p in named], defaults)
         self._names = [n for n, _ in named]
         self._lr = lr
@@ -110,10 +129,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.client = Client(server, job, rank, world_size, optimizer=server_opt, pull_codec=pull_codec,
                              **client_kwargs)
         try:
-            for name, p in named:
-                c = codec_for(name, p) if codec_for else None
-                c = c or codec
-                self.client.add_tensor(name, p, codec=c, threshold=threshold if c == codec else None,
+            for (name, p), c in zip(named, codecs):
+                thr = threshold if c == codec else None
+                self.client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
                                        auto_bits=auto_bits, ratio=ratio if c == codec else None, dgc=dgc_opt)
             with torch.no_grad():
                 self.client.init()
@@ -132,7 +150,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 g = z
             elif g.is_sparse:
                 g = g.to_dense()
-            out.append(g.detach().to(torch.float32).contiguous())
+            g = g.detach().to(torch.float32)
+            if self._worker_weight_decay:
+                g = g + self._worker_weight_decay * p.detach()
+            out.append(g.contiguous())
         return out
 
     def _params(self) -> List[torch.Tensor]:

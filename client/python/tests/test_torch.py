@@ -60,11 +60,42 @@ def assert_identical_and_learning(out: List[Dict[str, Any]], steps: int, factor:
         assert o["losses"][-1] < factor * o["losses"][0], o["losses"]
 
 
-def test_sgd_momentum_2bit(server, job) -> None:
-    # Biases uncompressed, weights 2bit.
-    out = train(server, job, 4, 40, lr=0.05, momentum=0.5, codec="2bit", threshold=0.1,
-                codec_for=lambda name, p: "none" if p.dim() == 1 else None)
+@pytest.mark.parametrize("where", ["worker", "server"])
+def test_sgd_momentum_2bit(server, job, where: str) -> None:
+    # Biases uncompressed, weights 2bit: with the defaults (automatic threshold, the momentum on
+    # the worker), and with a fixed threshold and the momentum on the server.
+    kw: Dict[str, Any] = dict(lr=0.05, momentum=0.5) if where == "worker" else \
+        dict(optimizer=gradagg.SGD(lr=0.05, momentum=0.5), threshold=0.1)
+    out = train(server, job, 4, 40, codec="2bit", codec_for=lambda name, p: "none" if p.dim() == 1 else None, **kw)
     assert_identical_and_learning(out, 40, 0.3)
+
+
+def test_momentum_moves_to_the_worker(server, job) -> None:
+    # With a residual codec in the job, momentum and weight decay run on the worker and the
+    # server runs plain SGD. The dense parameters then follow torch.optim.SGD(momentum,
+    # weight_decay) exactly (up to float32 rounding): momentum or weight decay applied on the
+    # server as well would show. The 2bit parameter takes no part in the loss (zero gradients).
+    torch.manual_seed(5)
+    model = torch.nn.Linear(4, 3)
+    ref = torch.nn.Linear(4, 3)
+    ref.load_state_dict(model.state_dict())
+    unused = torch.nn.Parameter(torch.zeros(64))
+    torch_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=0.05)
+    x = torch.randn(6, 4)
+    params = list(model.named_parameters()) + [("unused", unused)]
+    with DistributedOptimizer(params, server=server.addr, job=job, rank=0, world_size=1, lr=0.1, momentum=0.9,
+                              weight_decay=0.05, codec_for=lambda name, p: "2bit" if name == "unused" else None,
+                              **FAST) as opt:
+        for _ in range(4):
+            for m, o in ((model, opt), (ref, torch_opt)):
+                o.zero_grad()
+                (m(x) ** 2).sum().backward()
+                o.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-7), (p, q)
+        assert opt.param_groups[0]["weight_decay"] == 0.05
+        assert opt.momentum_on == "worker"
+        assert opt.server_optimizer == gradagg.SGD(lr=0.1, momentum=0.0, weight_decay=0.0)
 
 
 def test_dgc_topk(server, job) -> None:
