@@ -174,6 +174,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--model", default="mlp10m", help="mlp10m or mlp25m (bench/trainbench_model.py)")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--target-iter", type=int, default=None,
+                    help="the target loss is DDP fp32's after this many iterations (default: --iters); run "
+                         "longer than it to see how far past it the others reach it")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -235,7 +238,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for sysm in a.systems:
                     row = b.run_row(link, regime, sysm)
                     info["rows"].append(row)
-                    report.finish_rows(info["rows"], link, regime, bits)
+                    report.finish_rows(info["rows"], link, regime, bits, a.target_iter)
                     print(report.row_line(row), flush=True)
                     failed |= row["status"] == "failed"
     except (KeyboardInterrupt, Interrupted) as e:

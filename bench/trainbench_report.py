@@ -35,28 +35,35 @@ def system_row(reports: List[Dict[str, Any]], iters: int, link0: Optional[Dict[s
     return row
 
 
-def time_to(curve: List[List[float]], target: float) -> Optional[float]:
-    """Training seconds up to the first evaluation at or below target; None if never."""
-    for _it, secs, loss in curve:
-        if loss <= target:
-            return secs
+def reach(curve: List[List[float]], target: float) -> Optional[List[float]]:
+    """The first evaluation [iteration, training seconds, loss] at or below target; None if never."""
+    for point in curve:
+        if point[2] <= target:
+            return point
     return None
+
+
+def loss_at(curve: List[List[float]], iteration: int) -> Optional[float]:
+    """The evaluated loss after `iteration` iterations; None when it was not evaluated then."""
+    return next((loss for it, _secs, loss in curve if it == iteration), None)
 
 
 def ratio(x: Optional[float], y: Optional[float]) -> Optional[float]:
     return x / y if x is not None and y and not math.isnan(x) and not math.isnan(y) else None
 
 
-def finish_rows(rows: List[Dict[str, Any]], link: str, regime: str, bits: Optional[float]) -> None:
+def finish_rows(rows: List[Dict[str, Any]], link: str, regime: str, bits: Optional[float],
+                target_iter: Optional[int] = None) -> None:
     """Fills in every row of (link, regime) what needs the others: the floor, the ratios to DDP
-    fp32 and to the best DDP hook, the target loss and the time to it."""
+    fp32 and to the best DDP hook, the target loss (DDP fp32's after target_iter iterations, or
+    at its end) and the iterations and time to it."""
     mine = [r for r in rows if r["link"] == link and r["regime"] == regime and r["status"] == "ok"]
     by = {r["system"]: r for r in mine}
     compute = by.get("floor", {}).get("median_s")
     ddp = by.get("ddp-fp32")
     hooks = [r for r in mine if r["ddp_hook"]]
     best_hook = min(hooks, key=lambda r: r["median_s"]) if hooks else None
-    target = ddp["final_loss"] if ddp else None
+    target = (loss_at(ddp["curve"], target_iter) if target_iter else None) or ddp["final_loss"] if ddp else None
     for r in mine:
         wire = r.get("busiest_link_bytes_per_iter", 0.0) * 8 / bits if bits else 0.0
         r["floor_s"] = max(compute, wire) if compute is not None else None
@@ -68,7 +75,9 @@ def finish_rows(rows: List[Dict[str, Any]], link: str, regime: str, bits: Option
         if r["kind"] == "floor" or target is None:
             continue
         r["target_loss"] = target
-        r["time_to_target_s"] = time_to(r["curve"], target)
+        hit = reach(r["curve"], target)
+        r["iters_to_target"] = int(hit[0]) if hit else None
+        r["time_to_target_s"] = hit[1] if hit else None
     ttt_ddp = ddp.get("time_to_target_s") if ddp else None
     reached = [r["time_to_target_s"] for r in hooks if r.get("time_to_target_s") is not None]
     ttt_hook = min(reached) if reached else None
@@ -81,8 +90,8 @@ def finish_rows(rows: List[Dict[str, Any]], link: str, regime: str, bits: Option
 
 
 HEADER = ("| system | iteration ms | × DDP fp32 | × best hook | × floor | floor ms | busiest link MB/iter | "
-          "loss at N | time to target s | × DDP fp32 | × best hook |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "loss at N | iterations to target | time to target s | × DDP fp32 | × best hook |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def _f(v: Optional[float], fmt: str, none: str = "–") -> str:
@@ -101,7 +110,8 @@ def row_line(r: Dict[str, Any]) -> str:
             f"{_f(r.get('x_hook'), '.2f')} | {_f(r.get('x_floor'), '.2f')} | "
             f"{_f(r['floor_s'] * 1e3 if r.get('floor_s') else None, '.0f')} | "
             f"{_f(r['busiest_link_bytes_per_iter'] / 1e6 if 'busiest_link_bytes_per_iter' in r else None, '.1f')} | "
-            f"{'–' if r['kind'] == 'floor' else format(r['final_loss'], '.3f')} | {ttt} | "
+            f"{'–' if r['kind'] == 'floor' else format(r['final_loss'], '.3f')} | "
+            f"{_f(r.get('iters_to_target'), 'd')} | {ttt} | "
             f"{_f(r.get('ttt_x_ddp'), '.2f')} | {_f(r.get('ttt_x_hook'), '.2f')} |")
 
 
@@ -118,7 +128,7 @@ def tables(info: Dict[str, Any]) -> str:
         ddp = next((r for r in rows if r["system"] == "ddp-fp32" and r["status"] == "ok"), None)
         note = ""
         if ddp and "target_loss" in ddp:
-            note = f"; target loss {ddp['target_loss']:.3f} (DDP fp32 at {a['iters']})"
+            note = f"; target loss {ddp['target_loss']:.3f} (DDP fp32 at {a.get('target_iter') or a['iters']})"
         if ddp and "comm_bound" in ddp:
             note += f"; DDP fp32 {'is' if ddp['comm_bound'] else 'is NOT'} ≥ 2× the floor"
         out.append(f"\n**{link}, {regime} regime** (batch {rows[0]['batch']} per rank, W = {a['world']}, "

@@ -27,7 +27,7 @@ class Compression:
 
 @dataclass(frozen=True)
 class Training:
-    """What every config shares: model, optimizer (SGD with momentum on the server), schedule."""
+    """What every config shares: model, optimizer (SGD with momentum, on the server but with DGC), schedule."""
     hidden: Tuple[int, ...] = (128,)
     lr: float = 0.05
     momentum: float = 0.9
@@ -76,7 +76,7 @@ def train(task: Task, rank: int, digits: data.Digits,
     """Trains task's job as `rank` and returns what it measured. on_epoch(epoch, train_loss,
     test_acc) is called on rank 0 after each epoch."""
     import torch
-    from gradagg import DGC
+    from gradagg import DGC, SGD
     from gradagg.torch import DistributedOptimizer
 
     from . import model as mdl
@@ -89,8 +89,10 @@ def train(task: Task, rank: int, digits: data.Digits,
     t0 = time.monotonic()
     opt = DistributedOptimizer(
         net.named_parameters(), server=task.server, job=task.job, rank=rank, world_size=tr.world_size,
-        lr=tr.lr, momentum=tr.momentum, codec=comp.codec, threshold=comp.threshold, auto_bits=comp.auto_bits,
-        ratio=comp.ratio, dgc=DGC(momentum=tr.momentum, warmup_epochs=comp.warmup_epochs) if comp.dgc else False,
+        codec=comp.codec, threshold=comp.threshold, auto_bits=comp.auto_bits, ratio=comp.ratio,
+        # The study (docs/convergence.md) runs the momentum on the server, DGC's on the worker.
+        **(dict(lr=tr.lr, momentum=tr.momentum, dgc=DGC(momentum=tr.momentum, warmup_epochs=comp.warmup_epochs))
+           if comp.dgc else dict(optimizer=SGD(lr=tr.lr, momentum=tr.momentum))),
         codec_for=(lambda name, p: "none" if p.dim() == 1 else None) if comp.dense_1d else None,
         threads=1, step_timeout_ms=120_000)
     with opt:
