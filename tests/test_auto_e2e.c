@@ -105,7 +105,7 @@ static void auto_and_fixed_train(void **state)
         if (ga_client_create(&o, &wk->c, msg, sizeof msg) != GA_OK) fail_msg("create rank %u: %s", r, msg);
         ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
         t.codec = GA_CODEC_2BIT;
-        if (r == 0) t.auto_threshold = (ga_auto_threshold){true, 1.0f, 0.5f, 0.0f};
+        if (r == 0) t.auto_threshold = (ga_auto_threshold){true, 1.0f, 0.5f, 0.0f, GA_AUTO_LEVEL_MEAN};
         else t.params.threshold = 0.05f;
         uint64_t shape[2] = {250, 400};
         assert_int_equal(ga_client_add_tensor(wk->c, "w", shape, 2, wk->w, &t, NULL), GA_OK);
