@@ -11,11 +11,6 @@
 #include "ga_status.h"
 #include "gradagg.h"
 
-/* Defaults of the zero fields of ga_auto_threshold. */
-#define GA_AUTO_DEFAULT_BITS 1.0f
-#define GA_AUTO_DEFAULT_SMOOTHING 0.5f
-#define GA_AUTO_DEFAULT_SAMPLE 0.01f
-
 /* Checks the options of an enabled automatic threshold and writes them with the defaults
  * applied into *out: GA_E_INVAL (with the reason in why) for bits outside (0, log2 3],
  * smoothing or sample_fraction outside (0, 1] (0 selects the default). */

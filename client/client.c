@@ -232,6 +232,11 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     ga_codec_params pp = ga_client_codec_params(o->pull_codec, &o->pull_params);
     if ((st = ga_codec_params_validate(o->pull_codec, &pp)) != GA_OK)
         BAD(GA_E_CONFIG, "options: pull codec %s: %s", ga_codec_name(o->pull_codec), ga_strerror(st));
+    if (o->pull_auto_bits != 0.0f && o->pull_codec != GA_CODEC_2BIT)
+        BAD(GA_E_CONFIG, "options: pull_auto_bits %g needs the 2bit pull codec, not %s", (double)o->pull_auto_bits,
+            ga_codec_name(o->pull_codec));
+    if (o->pull_auto_bits != 0.0f && !(o->pull_auto_bits > 0.0f && (double)o->pull_auto_bits <= GA_LOG2_3))
+        BAD(GA_E_CONFIG, "options: pull_auto_bits %g outside (0, log2(3) = 1.585]", (double)o->pull_auto_bits);
     if (o->chunk_bytes < GA_CLIENT_MIN_CHUNK || o->chunk_bytes > GA_CLIENT_MAX_CHUNK)
         BAD(GA_E_CONFIG, "options: chunk_bytes %zu outside [%zu, %zu]", o->chunk_bytes, GA_CLIENT_MIN_CHUNK,
             GA_CLIENT_MAX_CHUNK);
@@ -289,6 +294,7 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     cfg.optimizer = &optim;
     cfg.straggler = &strag;
     cfg.pull_codec = &pull;
+    cfg.pull_auto_bits = o->pull_auto_bits;
     Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
     req.job = sh->job;
     req.rank = o->rank;

@@ -87,13 +87,18 @@ typedef struct ga_client_options {
      * same value. 0 or 1 = one lane; at most GA_LANE_MAX (16), and at most 64 lanes over all
      * addresses. GA_CLIENT_OPTIONS_INIT: 1. */
     uint32_t lanes;
+    /* With the 2bit pull codec: > 0 lets the server pick each pull piece's threshold and level
+     * at every version for this many bits per element, in (0, log2(3)] (docs/auto-threshold.md,
+     * "Pulls"; pull_params.threshold is then not used); 0 = pull_params.threshold, fixed. Every
+     * rank must pass the same value. GA_CLIENT_OPTIONS_INIT: 0. */
+    float pull_auto_bits;
 } ga_client_options;
 
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
-     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1}
+     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on

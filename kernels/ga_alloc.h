@@ -46,6 +46,12 @@ void ga_pinned_free(void *p);
  * CPU backend both pointers must be host memory and it is a memcpy. */
 ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes);
 
+/* dst[k] = src[start + k * stride] for k < count: a strided sample of src (memory of ex's
+ * backend) into host memory, and waits for it (on CUDA: one 2-D copy on ex's stream, then a
+ * sync of that stream). stride >= 1. */
+ga_status ga_device_gather(const ga_exec *ex, float *dst, const float *src, size_t start, size_t stride,
+                           size_t count);
+
 /* Bytes currently allocated, and the high-water mark, in one domain. */
 uint64_t ga_mem_in_use(ga_mem_domain domain);
 uint64_t ga_mem_peak(ga_mem_domain domain);

@@ -161,6 +161,23 @@ void ga_pinned_free(void *p)
     ga_mem_account_sub(GA_MEM_PINNED, bytes);
 }
 
+ga_status ga_device_gather(const ga_exec *ex, float *dst, const float *src, size_t start, size_t stride,
+                           size_t count)
+{
+    if (!ex || stride == 0 || (count && (!dst || !src))) return GA_E_INVAL;
+    if (ex->backend == GA_BACKEND_CPU) {
+        for (size_t k = 0; k < count; k++) dst[k] = src[start + k * stride];
+        return GA_OK;
+    }
+    if (ex->backend != GA_BACKEND_CUDA) return GA_E_BACKEND;
+    if (ga_cuda_device_count() == 0) return GA_E_NO_DEVICE;
+    if (count == 0) return GA_OK;
+    cudaStream_t stream = ga_cuda_stream(ex);
+    ga_status st = ga_cuda_status(cudaMemcpy2DAsync(dst, sizeof(float), src + start, stride * sizeof(float),
+                                                    sizeof(float), count, cudaMemcpyDefault, stream));
+    return st != GA_OK ? st : ga_cuda_status(cudaStreamSynchronize(stream));
+}
+
 ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
 {
     if (!ex || (bytes && (!dst || !src))) return GA_E_INVAL;

@@ -10,6 +10,11 @@
 
 #define GA_LOG2_3 1.5849625007211562
 
+/* Defaults of the zero fields of ga_auto_threshold (gradagg.h); the server's automatic pull
+ * threshold samples GA_AUTO_DEFAULT_SAMPLE of each piece. */
+#define GA_AUTO_DEFAULT_BITS 1.0f
+#define GA_AUTO_DEFAULT_SMOOTHING 0.5f
+#define GA_AUTO_DEFAULT_SAMPLE 0.01f
 /* Never fewer sampled elements than this (or all of a smaller tensor). */
 #define GA_AUTO_MIN_SAMPLE 4096u
 /* The entropy in bits per element of a ternary code sending a fraction rho of the elements as

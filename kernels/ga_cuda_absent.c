@@ -36,6 +36,15 @@ ga_status ga_cuda_stream_create(void **out)
 
 void ga_cuda_stream_destroy(void *stream) { (void)stream; }
 
+ga_status ga_device_gather(const ga_exec *ex, float *dst, const float *src, size_t start, size_t stride,
+                           size_t count)
+{
+    if (!ex || stride == 0 || (count && (!dst || !src))) return GA_E_INVAL;
+    if (ex->backend != GA_BACKEND_CPU) return ex->backend == GA_BACKEND_CUDA ? GA_E_NO_CUDA : GA_E_BACKEND;
+    for (size_t k = 0; k < count; k++) dst[k] = src[start + k * stride];
+    return GA_OK;
+}
+
 ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
 {
     if (!ex || (bytes && (!dst || !src))) return GA_E_INVAL;

@@ -34,6 +34,7 @@ static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_v
             chunk.count = count;
             if (as_delta) {
                 chunk.kind = GRADAGG__V1__PULL_KIND__PULL_DELTA;
+                if (p->delta_level) codec.threshold = p->delta_level[k]; /* the automatic pull threshold */
                 chunk.codec = &codec;
                 chunk.base_version = v - 1;
                 ga_call_send(call, &chunk.base, ga_blob_ref(p->delta), p->delta_off[k],

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ga_alloc.h"
+#include "ga_auto.h"
 #include "ga_wire.h"
 
 
@@ -57,6 +58,15 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
     if (s.quorum == 0) s.quorum = cfg->world_size;
     GA_CHECK(
         ga_codec_from_wire(cfg->pull_codec, "config.pull_codec", &s.store.pull_codec, &s.store.pull_params, why, cap));
+    if (cfg->pull_auto_bits != 0.0f) {
+        if (s.store.pull_codec != GA_CODEC_2BIT)
+            return ga_status_fail(GA_E_INVAL, why, cap, "config.pull_auto_bits %g needs the 2bit pull codec, not %s",
+                                  (double)cfg->pull_auto_bits, ga_codec_name(s.store.pull_codec));
+        if (!(cfg->pull_auto_bits > 0.0f && (double)cfg->pull_auto_bits <= GA_LOG2_3))
+            return ga_status_fail(GA_E_INVAL, why, cap, "config.pull_auto_bits %g outside (0, log2(3) = 1.585]",
+                                  (double)cfg->pull_auto_bits);
+    }
+    s.store.pull_auto_bits = cfg->pull_auto_bits;
     s.store.backend = opt->backend;
     s.store.threads = opt->threads;
     s.store.mean = cfg->reduce == GRADAGG__V1__REDUCE__REDUCE_MEAN;

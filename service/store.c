@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ga_alloc.h"
+#include "ga_auto.h"
 #include "ga_codec.h"
 #include "ga_optim.h"
 #include "store_internal.h"
@@ -145,6 +146,9 @@ static ga_status check_config(const ga_store_config *cfg)
 {
     GA_CHECK(check_optim(cfg));
     GA_CHECK(ga_codec_params_validate(cfg->pull_codec, &cfg->pull_params));
+    if (cfg->pull_auto_bits != 0.0f &&
+        !(cfg->pull_codec == GA_CODEC_2BIT && cfg->pull_auto_bits > 0.0f && (double)cfg->pull_auto_bits <= GA_LOG2_3))
+        return GA_E_CONFIG;
     if (cfg->threads < 0 || cfg->piece_elems == 0 || cfg->piece_elems % GA_STORE_PIECE_ALIGN != 0 ||
         cfg->block_elems % GA_STORE_PIECE_ALIGN != 0)
         return GA_E_CONFIG;

@@ -25,6 +25,9 @@ typedef struct ga_store_config {
     ga_adam_params adam;
     ga_codec_id pull_codec;     /* GA_CODEC_NONE: fp32 pulls, no deltas */
     ga_codec_params pull_params;
+    float pull_auto_bits;       /* 2bit pull codec: > 0 picks each piece's threshold and level per
+                                 * version for this budget in bits per element, (0, log2 3]
+                                 * (docs/auto-threshold.md, "Pulls"); 0 = pull_params.threshold */
     size_t piece_elems;         /* elements per pull piece; a multiple of GA_STORE_PIECE_ALIGN */
     size_t block_elems;         /* most elements an apply steps at once (its gradient block); a
                                  * multiple of GA_STORE_PIECE_ALIGN; 0 = GA_STORE_BLOCK_ELEMS */
@@ -44,6 +47,8 @@ typedef struct ga_published {
     ga_blob *full;        /* n fp32 values, the parameters every worker holds after this version */
     ga_blob *delta;       /* NULL, or the encoded delta from the previous version, piece after piece */
     size_t *delta_off;    /* npieces + 1 byte offsets into delta (owned by the blob's holder) */
+    float *delta_level;   /* npieces, with pull_auto_bits: the threshold (level) each piece's
+                             payload carries; NULL otherwise (owned like delta_off) */
     size_t npieces;
 } ga_published;
 /* Releases the references and the offsets; leaves *p zeroed. */

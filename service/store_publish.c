@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <float.h>
+#include <math.h>
+
 #include "ga_alloc.h"
+#include "ga_auto.h"
 #include "ga_codec.h"
 #include "ga_optim.h"
 #include "ga_reduce.h"
@@ -17,6 +21,7 @@ void ga_published_clear(ga_published *p)
     ga_blob_unref(p->full);
     ga_blob_unref(p->delta);
     ga_free(p->delta_off);
+    ga_free(p->delta_level);
     memset(p, 0, sizeof *p);
 }
 
@@ -38,6 +43,8 @@ static ga_status publication_alloc(const ga_store *s, ga_store_tensor *t, bool i
         pub->delta_off = ga_malloc((npieces + 1) * sizeof *pub->delta_off);
         pub->delta = ga_blob_create(most);
         if (!pub->delta_off || !pub->delta) goto nomem;
+        if (s->cfg.pull_auto_bits > 0.0f && !(pub->delta_level = ga_malloc(npieces * sizeof *pub->delta_level)))
+            goto nomem;
     }
     pub->full = in_place ? ga_blob_ref(t->pub) : ga_blob_create(t->n * sizeof(float));
     if (!pub->full) goto nomem;
@@ -82,6 +89,9 @@ typedef struct apply_scratch {
     size_t piece_elems;
     void *payload;      /* the encoded piece (4-byte aligned, as the codecs need) */
     size_t payload_cap;
+    float *sample;      /* automatic pull threshold: host memory, one piece's sample */
+    size_t sample_cap;  /* floats */
+    double pull_rho;    /* the density pull_auto_bits asks for */
 } apply_scratch;
 
 static size_t block_elems(const ga_store *s)
@@ -187,6 +197,13 @@ static ga_status pull_scratch_get(ga_store *s, apply_scratch *x)
     }
     GA_CHECK(ga_store_mem_get(s, s->compute, cap, &p));
     x->payload = p, x->payload_cap = cap;
+    if (s->cfg.pull_auto_bits > 0.0f) {
+        void *sm = NULL;
+        size_t count = ga_auto_sample_plan(elems, GA_AUTO_DEFAULT_SAMPLE, 0).count; /* the most of any piece */
+        GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, count * sizeof(float), &sm));
+        x->sample = sm, x->sample_cap = count;
+        x->pull_rho = ga_auto_density_for_bits((double)s->cfg.pull_auto_bits);
+    }
     return GA_OK;
 }
 
@@ -241,6 +258,7 @@ static void scratch_put(ga_store *s, apply_scratch *x)
     ga_store_mem_put(s, s->compute, x->delta, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->residual, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->payload, x->payload_cap);
+    ga_store_mem_put(s, GA_STORE_MEM_HOST, x->sample, x->sample_cap * sizeof(float));
     memset(x, 0, sizeof *x);
 }
 
@@ -335,6 +353,30 @@ static bool delta_unsendable(ga_status rc)
     return rc == GA_E_NONFINITE || rc == GA_E_RANGE;
 }
 
+/* The automatic pull threshold of one piece's delta (len elements in x->delta): a strided sample
+ * of |delta| (its start moves with the version and the piece), its (1 - rho) quantile t selects
+ * and the mean of the sampled |delta| >= t is the level sent (p->select, p->threshold). A sample
+ * that is all zero sends nothing this version (both FLT_MAX); one that is not finite leaves p as
+ * it is, and the encode refuses the delta (GA_E_NONFINITE: the version goes out as fp32). */
+static ga_status pull_threshold(ga_store *s, const apply_scratch *x, size_t len, size_t piece, ga_codec_params *p)
+{
+    uint64_t seed = (s->version + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)piece * 0xC2B2AE3D27D4EB4Full;
+    ga_auto_sample plan = ga_auto_sample_plan(len, GA_AUTO_DEFAULT_SAMPLE, seed ^ (seed >> 31));
+    GA_CHECK(ga_device_gather(&s->ex, x->sample, x->delta, plan.start, plan.stride, plan.count));
+    for (size_t k = 0; k < plan.count; k++) {
+        if (!isfinite(x->sample[k])) return GA_OK;
+        x->sample[k] = fabsf(x->sample[k]);
+    }
+    float t = ga_auto_quantile(x->sample, plan.count, x->pull_rho);
+    if (t == 0.0f) {
+        p->select = p->threshold = FLT_MAX;
+        return GA_OK;
+    }
+    p->select = t;
+    p->threshold = ga_auto_level_mean(x->sample, plan.count, t);
+    return GA_OK;
+}
+
 /* Encodes params - published piece by piece into pub->delta and advances published by exactly
  * the decoded payload, which is what every worker adds. The residual starts at zero for each
  * piece, so a payload is quantize(params - published): what it leaves out stays in that
@@ -355,12 +397,17 @@ static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pu
         size_t lo = i * pe, len = t->n - lo < pe ? t->n - lo : pe, plen = 0;
         GA_CHECK(ga_reduce_sub(&s->ex, x->delta, t->params + lo, t->published + lo, len));
         if (residual) GA_CHECK(ga_store_zero(s, residual, len));
+        if (pub->delta_level) {
+            GA_CHECK(pull_threshold(s, x, len, i, &p));
+            pub->delta_level[i] = p.threshold;
+        }
         ga_status rc = ga_codec_encode(&s->ex, codec, &p, x->delta, residual, len, x->payload, x->payload_cap, &plen);
         if (delta_unsendable(rc)) {
             GA_CHECK(ga_exec_sync(&s->ex)); /* no copy into the blob may still be queued */
             ga_blob_unref(pub->delta);
             ga_free(pub->delta_off);
-            pub->delta = NULL, pub->delta_off = NULL;
+            ga_free(pub->delta_level);
+            pub->delta = NULL, pub->delta_off = NULL, pub->delta_level = NULL;
             return ga_device_copy(&s->ex, t->published, t->params, t->n * sizeof(float));
         }
         GA_CHECK(rc);

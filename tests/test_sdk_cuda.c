@@ -120,7 +120,7 @@ static void device_matches_host(ga_codec_id codec)
     ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
     t.codec = codec;
     if (codec == GA_CODEC_2BIT) t.params.threshold = 0.05f;
-    if (codec == GA_CODEC_TOPK) t.params = (ga_codec_params){0.0f, 0.01f, 0.01f, 10, 42, 0, 0};
+    if (codec == GA_CODEC_TOPK) t.params = (ga_codec_params){0.0f, 0.01f, 0.01f, 10, 42, 0, 0, 0.0f};
     uint64_t shape[1] = {N};
     assert_int_equal(ga_client_add_tensor(hc, "w", shape, 1, hparams, &t, NULL), GA_OK);
     t.device = true;

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "test_memory.h"
 
 #include "ga_alloc.h"
+#include "ga_auto.h"
 #include "oracle.h"
 #include "oracle_optim.h"
 #include "oracle_topk.h"
@@ -177,11 +179,13 @@ static void worker_apply(const ga_store_config *cfg, float *w, size_t n, const g
     uint8_t *aligned = ga_malloc(pub->delta->size + 1);
     assert_non_null(aligned);
     assert_int_equal(pub->delta_off[0], 0);
+    assert_true((pub->delta_level != NULL) == (cfg->pull_auto_bits > 0.0f));
     for (size_t i = 0; i < pub->npieces; i++) {
         size_t lo = i * pe, len = n - lo < pe ? n - lo : pe, plen = pub->delta_off[i + 1] - pub->delta_off[i];
+        ga_codec_params p = cfg->pull_params;
+        if (pub->delta_level) p.threshold = pub->delta_level[i]; /* what the piece's chunk carries */
         memcpy(aligned, pub->delta->data + pub->delta_off[i], plen);
-        assert_int_equal(ga_codec_decode_add(&cpu, cfg->pull_codec, &cfg->pull_params, aligned, plen, len, w + lo),
-                         GA_OK);
+        assert_int_equal(ga_codec_decode_add(&cpu, cfg->pull_codec, &p, aligned, plen, len, w + lo), GA_OK);
     }
     assert_int_equal(pub->delta_off[pub->npieces], pub->delta->size);
     ga_free(aligned);
@@ -508,6 +512,81 @@ static void discard_drops_the_step(void **state)
 }
 
 /* ---- configuration ---- */
+
+/* The automatic pull threshold: each piece's delta picks its own threshold and level (pieces of
+ * gradients 100x apart get levels about 100x apart), sends about the budget's density as +-level,
+ * and a worker applying the deltas with the levels the chunks carry holds the published copy bit
+ * for bit, step after step; an all-zero delta sends nothing. */
+static void automatic_pull_threshold(void **state)
+{
+    (void)state;
+    enum { PE = 16384, N = 3 * PE + 5000, STEPS = 6 };
+    ga_store_config cfg = plain_config();
+    cfg.piece_elems = PE;
+    cfg.pull_codec = GA_CODEC_2BIT;
+    cfg.pull_params = ga_codec_params_default(GA_CODEC_2BIT);
+    cfg.pull_auto_bits = 1.5f;
+    const double rho = ga_auto_density_for_bits(1.5);
+    ga_store *s = store_of_zeros(&cfg, N);
+    float *worker = floats0(N), *grad = floats0(N);
+    const float scales[4] = {1.0f, 0.01f, 100.0f, 1.0f};
+    uint64_t rng = 7;
+    for (int step = 0; step < STEPS; step++) {
+        bool zero = step == 0; /* params == published: the delta is all zero */
+        for (size_t i = 0; i < N; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            double u = ((double)(rng >> 11) + 0.5) * 0x1p-53 - 0.5;
+            grad[i] = zero ? 0.0f : scales[i / PE] * (float)(u < 0 ? log(1.0 + 2.0 * u) : -log(1.0 - 2.0 * u));
+        }
+        assert_int_equal(ga_store_accumulate(s, 0, 0, N, GA_CODEC_NONE, &cfg.pull_params, grad, N * sizeof(float)),
+                         GA_OK);
+        ga_published pub;
+        float *before = floats0(N);
+        memcpy(before, worker, N * sizeof(float));
+        assert_int_equal(ga_store_apply(s, 1, &pub), GA_OK);
+        worker_apply(&cfg, worker, N, &pub);
+        expect_floats(pub.full->data, worker, N, "published copy", "auto pull", step, 0);
+        assert_int_equal(pub.npieces, 4);
+        for (size_t k = 0; k < pub.npieces; k++) {
+            size_t lo = k * PE, len = N - lo < PE ? N - lo : PE, sent = 0;
+            float level = pub.delta_level[k];
+            for (size_t i = lo; i < lo + len; i++) {
+                float d = worker[i] - before[i];
+                if (d == 0.0f) continue;
+                sent++;
+                if (fabsf(fabsf(d) - level) > 1e-5f * (fabsf(before[i]) + level))
+                    fail_msg("step %d piece %zu: element %zu moved by %g, level %g", step, k, i, (double)d,
+                             (double)level);
+            }
+            if (zero) {
+                assert_true(level == FLT_MAX && sent == 0);
+            } else if (step == 1 && fabs((double)sent / (double)len - rho) > 0.15 * rho) {
+                fail_msg("piece %zu: density %g, budget's %g", k, (double)sent / (double)len, rho);
+            }
+        }
+        if (step == 1) {
+            double r01 = (double)pub.delta_level[0] / (double)pub.delta_level[1];
+            double r20 = (double)pub.delta_level[2] / (double)pub.delta_level[0];
+            assert_true(r01 > 70.0 && r01 < 140.0 && r20 > 70.0 && r20 < 140.0);
+        }
+        ga_free(before);
+        ga_published_clear(&pub);
+    }
+    ga_free(worker), ga_free(grad);
+    ga_store_destroy(s);
+
+    /* Only with the 2bit pull codec, and a budget in (0, log2 3]. */
+    ga_store_config bad = cfg;
+    bad.pull_auto_bits = 1.6f;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad.pull_auto_bits = NAN;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad.pull_auto_bits = -1.0f;
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+    bad = cfg;
+    bad.pull_codec = GA_CODEC_FP16, bad.pull_params = ga_codec_params_default(GA_CODEC_FP16);
+    assert_int_equal(ga_store_create(&bad, &s), GA_E_CONFIG);
+}
 
 static void config_errors(void **state)
 {
@@ -1052,6 +1131,7 @@ int main(void)
         cmocka_unit_test(scenarios_match_model),
         cmocka_unit_test(lent_scenarios_match_model),
         cmocka_unit_test(compressed_pulls_hold_back),
+        cmocka_unit_test(automatic_pull_threshold),
         cmocka_unit_test(bad_accumulate_changes_nothing),
         cmocka_unit_test(discard_drops_the_step),
         cmocka_unit_test(config_errors),

@@ -123,7 +123,9 @@ class Client:
     optimizer runs on the server: SGD, Adam, or None (the server serves the mean or sum of the
     gradients as the "parameters"). mean: divide the sum by the ranks that contributed.
     pull_codec: "none" for fp32 pulls, else the codec of the compressed parameter deltas
-    (pull_threshold / pull_ratio its parameters). See gradagg.h for the other options.
+    (pull_threshold / pull_ratio its parameters; pull_threshold="auto" with "2bit": the server
+    picks each piece's threshold and level at every version for pull_auto_bits bits per element,
+    docs/auto-threshold.md). See gradagg.h for the other options.
 
     server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
     on every rank: tensors of at least shard_split_elements elements are cut into one range per
@@ -137,7 +139,7 @@ class Client:
     def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
                  mean: bool = True, optimizer: Union[SGD, Adam, None] = None, mode: str = "sync",
                  deadline_ms: int = 0, quorum: int = 0,
-                 pull_codec: str = "none", pull_threshold: Optional[float] = None,
+                 pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
                  pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
                  step_timeout_ms: int = 300000, max_retries: int = 8, backoff_ms: int = 50,
                  backoff_max_ms: int = 2000, threads: int = 0, incarnation: int = 0,
@@ -181,7 +183,12 @@ class Client:
         o.deadline_ms = _uint("deadline_ms", deadline_ms)
         o.quorum = _uint("quorum", quorum)
         o.pull_codec = codec_id(pull_codec)
-        o.pull_params = codec_params(o.pull_codec, pull_threshold, pull_ratio)
+        auto = isinstance(pull_threshold, str)
+        if auto and pull_threshold != "auto":
+            raise ValueError(f"pull_threshold: {pull_threshold!r}, expected a float, 'auto' or None")
+        o.pull_params = codec_params(o.pull_codec, None if auto else pull_threshold, pull_ratio)  # type: ignore[arg-type]
+        if auto:
+            o.pull_auto_bits = _float("pull_auto_bits", pull_auto_bits)
         o.chunk_bytes = _uint("chunk_bytes", chunk_bytes, _U64)
         o.call_timeout_ms = _uint("call_timeout_ms", call_timeout_ms)
         o.step_timeout_ms = _uint("step_timeout_ms", step_timeout_ms)

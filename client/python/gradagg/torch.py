@@ -76,7 +76,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     tensor without a threshold gets "auto"), ratio: how gradients are pushed; codec_for(name,
     param) may return another codec for a parameter (e.g. "none" for small biases), None for the
     default. pull_codec and **client_kwargs go to gradagg.Client (mean, mode, deadline_ms,
-    chunk_bytes, auth_token, ...).
+    chunk_bytes, auth_token, pull_threshold, ...); pull_codec="2bit" without a pull_threshold
+    gets the server's automatic one (pull_threshold="auto", 1.5 bits per element).
     Momentum with a codec that keeps a residual (2bit, 1bit, 1bit_scaled, topk): when any
     parameter uses one and neither dgc nor optimizer= is given, momentum and weight decay run on
     the worker before the encode (DGC's momentum correction, without factor masking or warm-up)
@@ -126,6 +127,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._names = [n for n, _ in named]
         self._lr = lr
         self._zeros: Dict[int, torch.Tensor] = {}
+        if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
+            client_kwargs["pull_threshold"] = "auto"
         self.client = Client(server, job, rank, world_size, optimizer=server_opt, pull_codec=pull_codec,
                              **client_kwargs)
         try:

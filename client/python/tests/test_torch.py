@@ -44,8 +44,9 @@ def train(server, job: str, world: int, steps: int, **kw: Any) -> List[Dict[str,
                 opt.step()
                 losses.append(loss.item())
             version = opt.client.version
+            pulled = opt.client.stats.bytes_pulled
         return dict(params=[p.detach().clone() for p in model.parameters()], start=start, losses=losses,
-                    version=version, model=model)
+                    version=version, model=model, pulled=pulled)
 
     return run_ranks(worker, world, timeout=120)
 
@@ -68,6 +69,23 @@ def test_sgd_momentum_2bit(server, job, where: str) -> None:
         dict(optimizer=gradagg.SGD(lr=0.05, momentum=0.5), threshold=0.1)
     out = train(server, job, 4, 40, codec="2bit", codec_for=lambda name, p: "none" if p.dim() == 1 else None, **kw)
     assert_identical_and_learning(out, 40, 0.3)
+
+
+def test_automatic_pull_threshold(server, job) -> None:
+    # 2bit both ways with the defaults: the SDK's automatic push threshold, the server's automatic
+    # pull threshold (pieces of 2 bits per element). Every rank holds the same parameters, and
+    # the model learns.
+    out = train(server, job, 4, 40, lr=0.05, momentum=0.5, codec="2bit", pull_codec="2bit")
+    assert_identical_and_learning(out, 40, 0.3)
+    model = out[0]["model"]
+    n = sum(p.numel() for p in model.parameters())
+    # Pulled bytes of the last step: 2-bit deltas, 4 bytes per 16 elements of each tensor.
+    assert out[0]["pulled"] == sum(4 * ((p.numel() + 15) // 16) for p in model.parameters()) < 4 * n
+    kw = dict(server=server.addr, job=job + "-bad", rank=0, world_size=1, **FAST)
+    with pytest.raises(errors.GradaggError, match="pull_auto_bits"):
+        DistributedOptimizer(model.parameters(), lr=0.1, pull_codec="topk", pull_threshold="auto", **kw)
+    with pytest.raises(errors.GradaggError, match="pull_auto_bits 2 outside"):
+        DistributedOptimizer(model.parameters(), lr=0.1, pull_codec="2bit", pull_auto_bits=2.0, **kw)
 
 
 def test_momentum_moves_to_the_worker(server, job) -> None:
