@@ -65,13 +65,12 @@ SYSTEMS = {s.name: s for s in [
     System("ddp-powersgd4", "ddp", ("--hook", "powersgd", "--psgd-rank", "4", "--bucket-mb", "1024")),
     System("gradagg-none", "gradagg", ("--codec", "none")),
     System("gradagg-fp16", "gradagg", ("--codec", "fp16")),
-    System("gradagg-2bit", "gradagg", ("--codec", "2bit", "--threshold", "auto")),
-    System("gradagg-2bit-2bitpull", "gradagg", ("--codec", "2bit", "--threshold", "auto", "--pull-codec", "2bit",
-                                                "--pull-threshold", "0.001")),
-    System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.001")),
+    # DistributedOptimizer's defaults: automatic 2bit thresholds both ways, momentum on the worker.
+    System("gradagg-2bit", "gradagg", ("--codec", "2bit")),
+    System("gradagg-2bit-2bitpull", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit")),
+    System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
-    System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--pull-codec", "2bit",
-                                                "--pull-threshold", "0.001")),
+    System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.01", "--pull-codec", "2bit")),
 ]}
 DEFAULT_SYSTEMS = ",".join(SYSTEMS)
 # Samples per rank per iteration. With an optimised BLAS (scripts/bootstrap installs OpenBLAS) 32

@@ -129,7 +129,7 @@ typedef enum ga_auto_level {
  * threshold. The codec params' threshold is the fallback while the sample is all zero. */
 typedef struct ga_auto_threshold {
     bool enabled;          /* only with GA_CODEC_2BIT (GA_E_INVAL otherwise) */
-    float bits;            /* budget in (0, log2(3)]; 0 = 1.0 bit per element */
+    float bits;            /* budget in (0, log2(3)]; 0 = 1.5 bits per element */
     float smoothing;       /* weight of this step's estimate, in (0, 1]; 0 = 0.5 */
     float sample_fraction; /* fraction of elements sampled, in (0, 1]; 0 = 0.01 (never fewer than
                               4096 elements, or all of a smaller tensor) */

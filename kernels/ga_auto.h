@@ -12,7 +12,7 @@
 
 /* Defaults of the zero fields of ga_auto_threshold (gradagg.h); the server's automatic pull
  * threshold samples GA_AUTO_DEFAULT_SAMPLE of each piece. */
-#define GA_AUTO_DEFAULT_BITS 1.0f
+#define GA_AUTO_DEFAULT_BITS 1.5f
 #define GA_AUTO_DEFAULT_SMOOTHING 0.5f
 #define GA_AUTO_DEFAULT_SAMPLE 0.01f
 /* Never fewer sampled elements than this (or all of a smaller tensor). */

@@ -78,7 +78,7 @@ static void resolve_checks(void **state)
     ga_auto_threshold in = {true, 0.0f, 0.0f, 0.0f, GA_AUTO_LEVEL_MEAN}, out = {0};
     char why[160];
     assert_int_equal(ga_auto_resolve(&in, &out, why, sizeof why), GA_OK);
-    assert_true(out.enabled && out.bits == 1.0f && out.smoothing == 0.5f && out.sample_fraction == 0.01f);
+    assert_true(out.enabled && out.bits == 1.5f && out.smoothing == 0.5f && out.sample_fraction == 0.01f);
     in = (ga_auto_threshold){true, (float)LOG2_3, 1.0f, 1.0f, GA_AUTO_LEVEL_MEAN};
     assert_int_equal(ga_auto_resolve(&in, &out, why, sizeof why), GA_OK);
     assert_true(out.bits == (float)LOG2_3);

@@ -259,7 +259,7 @@ class Client:
     # ---- tensors ----
 
     def add_tensor(self, name: str, params: ArrayLike, *, codec: str = "none", threshold: Threshold = None,
-                   auto_bits: float = 1.0, auto_smoothing: float = 0.0, auto_sample_fraction: float = 0.0,
+                   auto_bits: float = 1.5, auto_smoothing: float = 0.0, auto_sample_fraction: float = 0.0,
                    auto_level: str = "mean", ratio: Optional[float] = None, dgc: Optional[DGC] = None) -> int:
         """Registers params (float32, C-contiguous, writable; numpy array or torch tensor, CPU or
         CUDA) under name and returns its index. Before init() only. The client keeps a reference

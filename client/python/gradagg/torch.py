@@ -92,7 +92,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], *, server: str, job: str, rank: int, world_size: int,
                  lr: Optional[float] = None, momentum: float = 0.0, weight_decay: float = 0.0,
                  nesterov: bool = False,
-                 codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.0,
+                 codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
                  **client_kwargs: Any) -> None:
