@@ -5,12 +5,17 @@ after another, each rank's gradient compressed with error feedback, the mean app
 
 It models the arithmetic, not the code: the 2bit codec as +-t for |x| >= t with t the smoothed
 (1 - rho) quantile of a strided sample of |residual + g| (docs/auto-threshold.md; --scaled sends
-the sampled mean of the selected |x| instead of t), top-k as the exact largest |x|, momentum on
-the server (--momentum) or on the worker (--worker-momentum, DGC's momentum correction; --mask
-for its factor masking). No server, no wire, fp32 pulls. Prints the held-out loss every 10
-iterations; the same seeds give the same batches as trainbench.
+the sampled mean of the selected |x| instead of t, the SDK's default level), top-k as the exact
+largest |x|, momentum on the server (--momentum) or on the worker (--worker-momentum, DGC's
+momentum correction; --mask for its factor masking), and the pulls (--pull): the server's
+published copy moving by the coded difference params - published (2bit at --pull-rho with the
+same quantile and level, 1bit_scaled, top-k), which every rank computes its gradient at. No
+server, no wire. Prints the held-out loss every 10 iterations and, with --target, the first
+evaluation (every --eval-every) at or below it; the same seeds give the same batches as
+trainbench.
 
-  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/efsim.py --codec 2bit [--momentum 0 --lr 0.5]
+  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/efsim.py --codec 2bit --scaled --rho 0.5 \
+      --momentum 0 --worker-momentum 0.9 --pull 2bit --pull-rho 0.5 --iters 160 --target 1.876
 """
 import argparse
 import os
