@@ -2,11 +2,10 @@
  * every tensor, as fp32 values or as a compressed delta with server-side error feedback.
  * One sequence of kernel calls for both backends, so the CPU and CUDA stores publish the same
  * bytes (each kernel is bit-identical across backends). */
-#include <stdlib.h>
-#include <string.h>
-
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ga_alloc.h"
 #include "ga_auto.h"
