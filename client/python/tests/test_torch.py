@@ -88,6 +88,28 @@ def test_automatic_pull_threshold(server, job) -> None:
         DistributedOptimizer(model.parameters(), lr=0.1, pull_codec="2bit", pull_auto_bits=2.0, **kw)
 
 
+def test_gradient_accumulation(server, job) -> None:
+    # Several backward passes before one step() push their sum once (nothing is sent before
+    # step()), as torch.optim.SGD applies it: accumulation needs no no_sync().
+    torch.manual_seed(4)
+    model = torch.nn.Linear(5, 2)
+    ref = torch.nn.Linear(5, 2)
+    ref.load_state_dict(model.state_dict())
+    torch_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    batches = [torch.randn(3, 5) for _ in range(6)]
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                              momentum=0.9, **FAST) as opt:
+        for step in range(2):
+            for m, o in ((model, opt), (ref, torch_opt)):
+                o.zero_grad()
+                for x in batches[3 * step:3 * step + 3]:
+                    (m(x) ** 2).mean().backward()
+                o.step()
+        assert opt.client.version == 2
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), (p, q)
+
+
 def test_momentum_moves_to_the_worker(server, job) -> None:
     # With a residual codec in the job, momentum and weight decay run on the worker and the
     # server runs plain SGD. The dense parameters then follow torch.optim.SGD(momentum,
