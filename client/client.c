@@ -306,11 +306,19 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     return st;
 }
 
+/* A Join is idempotent (the same rank and incarnation joining again is a no-op), so one that ran
+ * past its call timeout (a server slow to take its first calls) is sent again, as after
+ * UNAVAILABLE, within the same max_retries. */
 static ga_status join_task(ga_client *c, ga_shard *sh)
 {
     Gradagg__V1__JoinResponse *resp = NULL;
     char why[256];
-    ga_status st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
+    ga_status st;
+    for (uint32_t tries = 0;; tries++) {
+        st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
+        if (st != GA_E_DEADLINE || tries >= c->opt.max_retries) break;
+        sh->retries++;
+    }
     if (st != GA_OK)
         return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", sh->job, c->opt.rank, sh->addr);
     sh->version = resp->version;

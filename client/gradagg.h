@@ -172,7 +172,8 @@ typedef struct ga_client_stats {
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for
  * bad options (also a TLS file that is not valid PEM of its kind), GA_E_IO (a TLS file cannot be
  * read), GA_E_UNAUTHENTICATED / GA_E_PERMISSION_DENIED (the token), the server's statuses (GA_E_JOB_CONFIG, GA_E_RANK, GA_E_RANK_HELD, ...),
- * GA_E_UNAVAILABLE after the retries. On error *out is NULL and, when msg != NULL, a message is
+ * GA_E_UNAVAILABLE or GA_E_DEADLINE after the retries (a Join is idempotent, so one past its
+ * call timeout is retried too). On error *out is NULL and, when msg != NULL, a message is
  * written to msg[0..msg_cap). */
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap);
 /* Leaves the job and frees the client. NULL is a no-op. */

@@ -273,6 +273,11 @@ static ga_status do_join(const Gradagg__V1__JoinRequest *r, ProtobufCMessage **o
         snprintf(why, cap, "fake: join refused");
         return GA_E_UNAVAILABLE;
     }
+    if (S.f.join_deadline > 0) {
+        S.f.join_deadline--;
+        snprintf(why, cap, "fake: join timed out");
+        return GA_E_DEADLINE;
+    }
     const Gradagg__V1__JobConfig *c = r->config;
     if (!c || !c->optimizer) return GA_E_PROTO;
     int optim = (int)c->optimizer->kind;

@@ -15,6 +15,7 @@
 /* Faults for the next calls; each counter is consumed one call at a time. */
 typedef struct fake_faults {
     int join_unavailable;  /* joins answered UNAVAILABLE */
+    int join_deadline;     /* joins answered DEADLINE (past the call timeout), nothing joined */
     int push_unavailable;  /* push streams refused UNAVAILABLE, nothing committed */
     int push_ack_lost;     /* push streams committed, then answered UNAVAILABLE */
     int pull_break;        /* pulls that send one chunk, then fail UNAVAILABLE */

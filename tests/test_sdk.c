@@ -154,7 +154,7 @@ static void options_rejected(void **state)
     ga_client_destroy(NULL);
 }
 
-static void join_retries_unavailable(void **state)
+static void join_retries_unavailable_and_deadline(void **state)
 {
     (void)state;
     fake_faults f = {.join_unavailable = 2, .late_rank = -1};
@@ -175,8 +175,23 @@ static void join_retries_unavailable(void **state)
     assert_null(c);
     assert_string_equal(msg, "join job 'job' rank 0 at fake: E_UNAVAILABLE: fake: join refused");
 
+    /* A Join past its call timeout is sent again (it is idempotent), within max_retries. */
+    f = (fake_faults){.join_deadline = 2, .late_rank = -1};
+    fake_server_set_faults(&f);
+    o = base_options(0, 1);
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
+    ga_client_get_stats(c, &s);
+    assert_int_equal(s.retries, 2);
+    ga_client_destroy(c);
+    f.join_deadline = 10;
+    fake_server_set_faults(&f);
+    o.max_retries = 2;
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_DEADLINE);
+    assert_null(c);
+    assert_string_equal(msg, "join job 'job' rank 0 at fake: E_DEADLINE: fake: join timed out");
+
     /* A second rank with another configuration: the server's status and words. */
-    f.join_unavailable = 0;
+    f.join_unavailable = 0, f.join_deadline = 0;
     fake_server_set_faults(&f);
     o = base_options(0, 1);
     assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
@@ -484,7 +499,7 @@ int main(void)
     test_memory_baseline();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(options_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(join_retries_unavailable, setup, teardown),
+        cmocka_unit_test_setup_teardown(join_retries_unavailable_and_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(tensors_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(step_dense_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(step_2bit_conserves, setup, teardown),
