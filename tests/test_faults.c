@@ -70,8 +70,8 @@ static pid_t start_worker(worker_proc *w, int proc, const char *server, const ch
     return fault_spawn(argv, w->out[proc], NULL);
 }
 
-/* The number of a log line's "%u messages", or -1 without such a line. */
-static long broken_messages(const ga_test_server *s)
+/* The messages of the last "Push stream ... broke" line in the log, or -1 without one. */
+static long broken_messages_logged(const ga_test_server *s)
 {
     FILE *f = fopen(s->log, "r");
     if (!f) return -1;
@@ -83,6 +83,16 @@ static long broken_messages(const ga_test_server *s)
         if (q) n = strtol(q + strlen("broke before its end: "), NULL, 10);
     }
     fclose(f);
+    return n;
+}
+
+/* The messages discarded by the last broken Push stream the server logged; waits up to 10 s for
+ * the line (the server counts the stream in its metrics before it writes the line). -1: none. */
+static long broken_messages(const ga_test_server *s)
+{
+    double end = ga_test_now_s() + 10.0;
+    long n;
+    while ((n = broken_messages_logged(s)) < 0 && ga_test_now_s() < end) fault_sleep_ms(20);
     return n;
 }
 
