@@ -154,46 +154,44 @@ static void options_rejected(void **state)
     ga_client_destroy(NULL);
 }
 
-static void join_retries_unavailable_and_deadline(void **state)
+/* Two joins answered with the fault `*count` names are sent again (2 retries counted); ten
+ * exhaust max_retries 2 and create fails with `want` and the server's words. */
+static void join_retried(fake_faults *f, int *count, ga_status want, const char *words)
 {
-    (void)state;
-    fake_faults f = {.join_unavailable = 2, .late_rank = -1};
-    fake_server_set_faults(&f);
     ga_client_options o = base_options(0, 1);
     ga_client *c = NULL;
     char msg[256];
+    *count = 2;
+    fake_server_set_faults(f);
     assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
     ga_client_stats s;
     ga_client_get_stats(c, &s);
     assert_int_equal(s.retries, 2);
     ga_client_destroy(c);
-
-    f.join_unavailable = 10;
-    fake_server_set_faults(&f);
+    *count = 10;
+    fake_server_set_faults(f);
     o.max_retries = 2;
-    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_UNAVAILABLE);
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), want);
     assert_null(c);
-    assert_string_equal(msg, "join job 'job' rank 0 at fake: E_UNAVAILABLE: fake: join refused");
+    assert_string_equal(msg, words);
+    *count = 0;
+}
 
+static void join_retries_unavailable_and_deadline(void **state)
+{
+    (void)state;
+    fake_faults f = {.late_rank = -1};
+    join_retried(&f, &f.join_unavailable, GA_E_UNAVAILABLE,
+                 "join job 'job' rank 0 at fake: E_UNAVAILABLE: fake: join refused");
     /* A Join past its call timeout is sent again (it is idempotent), within max_retries. */
-    f = (fake_faults){.join_deadline = 2, .late_rank = -1};
-    fake_server_set_faults(&f);
-    o = base_options(0, 1);
-    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
-    ga_client_get_stats(c, &s);
-    assert_int_equal(s.retries, 2);
-    ga_client_destroy(c);
-    f.join_deadline = 10;
-    fake_server_set_faults(&f);
-    o.max_retries = 2;
-    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_DEADLINE);
-    assert_null(c);
-    assert_string_equal(msg, "join job 'job' rank 0 at fake: E_DEADLINE: fake: join timed out");
+    join_retried(&f, &f.join_deadline, GA_E_DEADLINE, "join job 'job' rank 0 at fake: E_DEADLINE: fake: join timed out");
 
     /* A second rank with another configuration: the server's status and words. */
-    f.join_unavailable = 0, f.join_deadline = 0;
+    f = (fake_faults){.late_rank = -1};
     fake_server_set_faults(&f);
-    o = base_options(0, 1);
+    ga_client_options o = base_options(0, 1);
+    ga_client *c = NULL;
+    char msg[256];
     assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
     ga_client_options other = base_options(1, 2);
     ga_client *c2 = NULL;
