@@ -394,11 +394,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"\nnetbench: interrupted ({str(e) or 'Ctrl-C'}); cleaning up", file=sys.stderr)
         failed = True
     finally:
-        b.stop_all()
-        if not nn.teardown(b.net, "netbench"):
-            failed = True
-        if not failed:
-            shutil.rmtree(b.logdir, ignore_errors=True)
+        failed = nn.finish_run(b, "netbench", failed)
     info["machine"]["loadavg_end"] = os.getloadavg()
     mem_ok = report.summarise(info, a)
     if failed:

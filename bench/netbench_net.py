@@ -8,11 +8,12 @@ never collide and a run killed with SIGKILL can be swept by the next (sweep_stal
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 SUBNET = "10.77.0"
 PREFIX = "gnb"  # every namespace, bridge and veth this benchmark creates starts with it
@@ -128,6 +129,18 @@ def teardown(net: Optional[Network], who: str) -> bool:
     if left:
         print(f"{who}: could not remove {left}", file=sys.stderr)
     return not left
+
+
+def finish_run(bench: Any, who: str, failed: bool) -> bool:
+    """Ends a benchmark run (netbench, trainbench): stops every process of bench, tears its
+    network down, and removes its log folder when nothing failed. Returns whether the run failed
+    (a teardown that leaves something behind fails it)."""
+    bench.stop_all()
+    if not teardown(bench.net, who):
+        failed = True
+    if not failed:
+        shutil.rmtree(bench.logdir, ignore_errors=True)
+    return failed
 
 
 def leftovers(tag: str) -> List[str]:

@@ -7,23 +7,14 @@ Joins the job, registers one tensor of --elements floats, runs --warmup steps, p
 time and the client's stats (gradagg.Client.stats), and leaves. Errors: {"event": "error"}, exit 1.
 """
 import argparse
-import json
 import sys
 import time
-from typing import Any, Dict, Optional
 
 import numpy as np
 
 import gradagg
 from netbench_grads import make_grad
-
-
-def emit(obj: Dict[str, Any]) -> None:
-    print(json.dumps(obj), flush=True)
-
-
-def opt_float(v: str) -> Optional[float]:
-    return None if v in ("", "none") else float(v)
+from worker_events import emit, fail, opt_float
 
 
 def main() -> int:
@@ -74,9 +65,8 @@ def main() -> int:
                 raise RuntimeError("non-finite parameters after the steps")
             emit({"event": "done", "rank": a.rank, "version": client.version, "steps": steps})
         return 0
-    except Exception as e:  # reported to the orchestrator, which records the row as failed
-        emit({"event": "error", "rank": a.rank, "error": f"{type(e).__name__}: {e}"})
-        return 1
+    except Exception as e:
+        return fail(a.rank, e)
 
 
 if __name__ == "__main__":

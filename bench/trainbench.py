@@ -244,11 +244,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"\ntrainbench: interrupted ({str(e) or 'Ctrl-C'}); cleaning up", file=sys.stderr)
         failed = True
     finally:
-        b.stop_all()
-        if not nn.teardown(b.net, "trainbench"):
-            failed = True
-        if not failed:
-            shutil.rmtree(b.logdir, ignore_errors=True)
+        failed = nn.finish_run(b, "trainbench", failed)
     info["machine"]["loadavg_end"] = os.getloadavg()
     report.summarise(info, a)
     if failed:

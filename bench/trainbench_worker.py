@@ -10,23 +10,15 @@ each iteration's wall time, and every --eval-every iterations the loss on the he
 Errors: {"event": "error"}, exit 1.
 """
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, List
 
 import torch
 
 from trainbench_model import Task, student
-
-
-def emit(obj: Dict[str, Any]) -> None:
-    print(json.dumps(obj), flush=True)
-
-
-def opt_float(v: str) -> Optional[float]:
-    return None if v in ("", "none") else float(v)
+from worker_events import emit, fail, opt_float
 
 
 def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
@@ -134,9 +126,8 @@ def main() -> int:
         emit({"event": "done", "rank": a.rank, "iter_s": iter_s, "evals": evals,
               "bytes_pushed": pushed, "bytes_pulled": pulled})
         return 0
-    except Exception as e:  # reported to the orchestrator, which records the row as failed
-        emit({"event": "error", "rank": a.rank, "error": f"{type(e).__name__}: {e}"})
-        return 1
+    except Exception as e:
+        return fail(a.rank, e)
 
 
 if __name__ == "__main__":
