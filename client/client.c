@@ -461,6 +461,7 @@ static void tensor_free(ga_tensor *t)
 void ga_client_destroy(ga_client *c)
 {
     if (!c) return;
+    ga_client_async_free(c);
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
     ga_shards_run(c, leave_task);
     ga_shards_free(c);
@@ -656,7 +657,7 @@ static ga_status map_pieces(ga_client *c)
 
 ga_status ga_client_init(ga_client *c)
 {
-    if (!c) return GA_E_INVAL;
+    if (!c || ga_client_in_flight(c)) return GA_E_INVAL;
     if (c->inited) return ga_client_fail(c, GA_E_INVAL, "init: already done");
     if (c->ntensors == 0) return ga_client_fail(c, GA_E_INVAL, "init: no tensors registered");
     /* Device tensors send their device values: through the host mirror. */
@@ -677,7 +678,7 @@ ga_status ga_client_init(ga_client *c)
 
 ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *threshold, float *density)
 {
-    if (!c || !threshold || index < 0 || (size_t)index >= c->ntensors) return GA_E_INVAL;
+    if (!c || ga_client_in_flight(c) || !threshold || index < 0 || (size_t)index >= c->ntensors) return GA_E_INVAL;
     const ga_tensor *t = &c->tensors[index];
     if (t->codec != GA_CODEC_2BIT && t->codec != GA_CODEC_1BIT) return GA_E_INVAL;
     *threshold = t->threshold;
@@ -687,12 +688,19 @@ ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *thres
 
 void ga_client_set_epoch(ga_client *c, uint32_t epoch)
 {
-    if (c) c->epoch = epoch;
+    if (c && !ga_client_in_flight(c)) c->epoch = epoch;
 }
 
 uint64_t ga_client_version(const ga_client *c) { return c ? c->version : 0; }
 
-const char *ga_client_error(const ga_client *c) { return c ? c->err : "client is NULL"; }
+const char *ga_client_error(const ga_client *c)
+{
+    if (!c) return "client is NULL";
+    if (ga_client_in_flight(c))
+        return "a step is in flight (ga_client_step_start): only ga_client_step_poll and ga_client_step_wait "
+               "may be called until it ends";
+    return c->err;
+}
 
 void ga_client_get_stats(const ga_client *c, ga_client_stats *out)
 {

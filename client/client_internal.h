@@ -69,6 +69,7 @@ typedef struct ga_tensor {
 } ga_tensor;
 
 typedef struct ga_shard ga_shard;
+typedef struct ga_async ga_async; /* step_async.c */
 
 /* The turns the lanes of one address take in order within a step (ga_shard_turn_wait): a lane
  * encodes (ENCODED) and sends its push (SENT) after the lane just before it, and pushes only
@@ -149,6 +150,8 @@ struct ga_client {
     ga_exec dex;           /* device tensors: CUDA on the client's own stream */
     void *stream;          /* owned (ga_cuda_stream_create), made by the first device tensor */
     bool device_stale;     /* a pull succeeded but its copy to the device buffers did not */
+    ga_async *async;       /* the step thread of ga_client_step_start (made at its first call) */
+    bool in_flight;        /* an asynchronous step runs (atomic: read by any thread) */
     char err[512];
 };
 
@@ -191,6 +194,15 @@ ga_status ga_shards_error(ga_client *c);
 void ga_shards_free(ga_client *c);
 /* The least version the used shards' pieces hold (what the buffers hold as a whole). */
 uint64_t ga_shards_version(const ga_client *c);
+
+/* Asynchronous steps (step_async.c). */
+/* The body of ga_client_step (c != NULL), on whichever thread runs the step. */
+ga_status ga_client_step_run(ga_client *c, const float *const *grads);
+/* Whether an asynchronous step runs now: the public calls that touch the client's state refuse
+ * (GA_E_INVAL, without writing c->err) until it ends. */
+bool ga_client_in_flight(const ga_client *c);
+/* Waits for a step in flight, ends the step thread and frees c->async (none: no-op). */
+void ga_client_async_free(ga_client *c);
 
 /* Monotonic seconds. */
 double ga_client_now(void);

@@ -14,7 +14,9 @@
  * (one internal thread per shard after the first) and ends a step when every shard answered;
  * errors name the shard. Async jobs take one shard (GA_E_INVAL).
  *
- * Threads: a client is used by one thread at a time; different clients are independent. */
+ * Threads: a client is used by one thread at a time; different clients are independent. An
+ * asynchronous step (ga_client_step_start) runs on the client's own thread; while it runs, any
+ * thread may poll or wait for it. */
 #ifndef GRADAGG_H
 #define GRADAGG_H
 
@@ -212,6 +214,25 @@ ga_status ga_client_init(ga_client *c);
  * pieces; when a step reached some shards and not others, the next call pulls the first and
  * pushes to the others alone (docs/protocol.md, "Sharding"). */
 ga_status ga_client_step(ga_client *c, const float *const *grads);
+
+/* Asynchronous steps: ga_client_step run on the client's own step thread (made at the first
+ * start), so the caller goes on, e.g. with the backward pass that produces the gradients of
+ * another client's tensors (client/python's DistributedOptimizer keeps one client per bucket).
+ *  - ga_client_step_start: GA_OK when the step started; its own result comes from the wait.
+ *    GA_E_INVAL, nothing started, for a NULL client or grads, before init, or while a step is
+ *    in flight; GA_E_NOMEM when the thread cannot be made. The grads array is copied (the
+ *    pointers, not the gradients): the gradients are borrowed and must not change until the
+ *    wait returns; the params buffers are written by the step thread meanwhile.
+ *  - ga_client_step_poll: *done = false while a step is in flight, true otherwise. Any thread.
+ *  - ga_client_step_wait: waits until no step is in flight and returns the last asynchronous
+ *    step's status (GA_OK when none was started), ga_client_error its message. Any thread.
+ * While a step is in flight every other call on c that returns a status refuses with GA_E_INVAL
+ * (ga_client_set_epoch is ignored) and ga_client_error says that a step is in flight;
+ * ga_client_version and ga_client_get_stats must not be called. ga_client_destroy waits for the
+ * step first. Everything ga_client_step promises (errors by stage, retries, fold-back) holds. */
+ga_status ga_client_step_start(ga_client *c, const float *const *grads);
+ga_status ga_client_step_poll(ga_client *c, bool *done);
+ga_status ga_client_step_wait(ga_client *c);
 
 /* DGC warm-up epoch (0-based); call at each epoch start. */
 void ga_client_set_epoch(ga_client *c, uint32_t epoch);

@@ -85,6 +85,12 @@ static ga_status exchange(ga_client *c, ga_shard *sh)
 ga_status ga_client_step(ga_client *c, const float *const *grads)
 {
     if (!c) return GA_E_INVAL;
+    if (ga_client_in_flight(c)) return GA_E_INVAL; /* ga_client_error says why */
+    return ga_client_step_run(c, grads);
+}
+
+ga_status ga_client_step_run(ga_client *c, const float *const *grads)
+{
     if (!c->inited) return ga_client_fail(c, GA_E_INVAL, "step: before init");
     if (!grads) return ga_client_fail(c, GA_E_INVAL, "step: grads is NULL");
     for (size_t i = 0; i < c->ntensors; i++)

@@ -130,10 +130,15 @@ static void sleep_ms(uint32_t ms)
     nanosleep(&ts, NULL);
 }
 
-static ga_status worker_step(worker *wk, int step)
+static void fill_grads(worker *wk, int step)
 {
     for (size_t i = 0; i < BIG; i++) wk->gbig[i] = grad_value(wk->rank, step, i);
     for (size_t i = 0; i < SMALL; i++) wk->gsmall[i] = grad_value(wk->rank, step, i + 7);
+}
+
+static ga_status worker_step(worker *wk, int step)
+{
+    fill_grads(wk, step);
     const float *g[2] = {wk->gbig, wk->gsmall};
     return ga_client_step(wk->c, g);
 }
@@ -180,6 +185,86 @@ static Gradagg__V1__StatusResponse *job_status(const char *job)
     if (st != GA_OK) fail_msg("status of %s: %s", job, why);
     ga_channel_destroy(ch);
     return (Gradagg__V1__StatusResponse *)resp;
+}
+
+/* ---- asynchronous steps ---- */
+
+/* ga_client_step_start / _poll / _wait from one thread for two ranks (as a rank's buckets are
+ * started from backward and waited in opt.step()): the same bits as ga_client_step with 2bit
+ * pushes and delta pulls; a step in flight refuses every other call with a clear message; a
+ * refused step's status comes from the wait. */
+static void async_steps_match_sync(void **state)
+{
+    (void)state;
+    enum { W = 2, STEPS = 4 };
+    static worker sync[W], as[W];
+    ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    t.codec = GA_CODEC_2BIT;
+    t.params.threshold = 0.05f;
+    for (uint32_t r = 0; r < W; r++) {
+        ga_client_options o = options("steps-sync", r, W);
+        o.pull_codec = GA_CODEC_2BIT;
+        o.pull_params.threshold = 0.02f;
+        worker_open(&sync[r], &o, &t);
+        o.job = "steps-async";
+        worker_open(&as[r], &o, &t);
+    }
+    assert_int_equal(ga_client_init(sync[0].c), GA_OK);
+    run_all(sync, W, 0, STEPS);
+    assert_int_equal(ga_client_init(as[0].c), GA_OK);
+    assert_int_equal(ga_client_init(as[1].c), GA_OK);
+    bool done = true;
+    assert_int_equal(ga_client_step_wait(as[0].c), GA_OK); /* none started yet */
+    for (int s = 0; s < STEPS; s++) {
+        const float *g[W][2];
+        for (uint32_t r = 0; r < W; r++) {
+            fill_grads(&as[r], s);
+            g[r][0] = as[r].gbig;
+            g[r][1] = as[r].gsmall;
+        }
+        assert_int_equal(ga_client_step_start(as[0].c, g[0]), GA_OK);
+        /* Rank 1 has not pushed: rank 0's step cannot end. */
+        assert_int_equal(ga_client_step_poll(as[0].c, &done), GA_OK);
+        assert_false(done);
+        assert_int_equal(ga_client_step_start(as[0].c, g[0]), GA_E_INVAL);
+        assert_int_equal(ga_client_step(as[0].c, g[0]), GA_E_INVAL);
+        assert_int_equal(ga_client_init(as[0].c), GA_E_INVAL);
+        float thr;
+        assert_int_equal(ga_client_tensor_threshold(as[0].c, 0, &thr, NULL), GA_E_INVAL);
+        assert_non_null(strstr(ga_client_error(as[0].c), "a step is in flight"));
+        assert_int_equal(ga_client_step_start(as[1].c, g[1]), GA_OK);
+        assert_int_equal(ga_client_step_wait(as[1].c), GA_OK);
+        assert_int_equal(ga_client_step_wait(as[0].c), GA_OK);
+        assert_int_equal(ga_client_step_poll(as[0].c, &done), GA_OK);
+        assert_true(done);
+    }
+    for (uint32_t r = 0; r < W; r++) {
+        assert_int_equal(ga_client_version(as[r].c), STEPS);
+        assert_memory_equal(as[r].big, sync[0].big, BIG * sizeof(float));
+        assert_memory_equal(as[r].small, sync[0].small, SMALL * sizeof(float));
+    }
+    /* A NaN gradient: the start succeeds, the wait says why the step was refused, and says it
+     * again; the client is usable afterwards. */
+    fill_grads(&as[0], STEPS);
+    as[0].gsmall[3] = NAN;
+    const float *bad[2] = {as[0].gbig, as[0].gsmall};
+    assert_int_equal(ga_client_step_start(as[0].c, bad), GA_OK);
+    assert_int_equal(ga_client_step_wait(as[0].c), GA_E_NONFINITE);
+    assert_int_equal(ga_client_step_wait(as[0].c), GA_E_NONFINITE);
+    assert_non_null(strstr(ga_client_error(as[0].c), "gradient of tensor 'small' holds NaN or Inf"));
+    assert_int_equal(ga_client_version(as[0].c), STEPS);
+    assert_int_equal(ga_client_step_start(NULL, bad), GA_E_INVAL);
+    assert_int_equal(ga_client_step_start(as[0].c, NULL), GA_E_INVAL);
+    assert_int_equal(ga_client_step_poll(as[0].c, NULL), GA_E_INVAL);
+    /* A client destroyed without a wait waits for its step in flight first. */
+    fill_grads(&as[1], STEPS);
+    const float *g1[2] = {as[1].gbig, as[1].gsmall};
+    assert_int_equal(ga_client_step_start(as[1].c, g1), GA_OK);
+    assert_int_equal(worker_step(&as[0], STEPS), GA_OK);
+    for (uint32_t r = 0; r < W; r++) {
+        worker_close(&as[r]); /* rank 1: waits for its step */
+        worker_close(&sync[r]);
+    }
 }
 
 /* ---- identical parameters ---- */
@@ -594,6 +679,7 @@ int main(void)
         cmocka_unit_test(mixed_codecs_delta_pulls),
         cmocka_unit_test(dgc_dense_is_worker_momentum),
         cmocka_unit_test(async_commits),
+        cmocka_unit_test(async_steps_match_sync),
         cmocka_unit_test(straggler_folded_back),
         cmocka_unit_test(resent_push_counted_once),
         cmocka_unit_test(join_waits_for_server),

@@ -151,6 +151,7 @@ class Client:
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
+        self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
         if mode not in _MODES:
             raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
         o = S.ClientOptions()
@@ -223,8 +224,9 @@ class Client:
         with lock:
             h, self._handle = self._handle, None
             if h is not None and h.value:
-                _lib.ga_client_destroy(h)
+                _lib.ga_client_destroy(h)  # waits for a step in flight
             self._keep = []
+            self._in_flight = None
 
     @property
     def closed(self) -> bool:
@@ -243,13 +245,16 @@ class Client:
             pass
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"version {self.version}"
+        state = ("closed" if self.closed else "step in flight" if self._in_flight is not None
+                 else f"version {self.version}")
         return (f"<gradagg.Client job={self.job!r} rank={self.rank}/{self.world_size} server={self.server!r} "
                 f"tensors={len(self._tensors)} {state}>")
 
     def _h(self) -> ctypes.c_void_p:
         if self._handle is None:
             raise RuntimeError("gradagg.Client is closed")
+        if self._in_flight is not None:
+            raise RuntimeError("a step started by step_start() is in flight: call step_wait() first")
         return self._handle
 
     def _fail(self, st: int) -> Exception:
@@ -334,11 +339,7 @@ class Client:
         for d in devs:
             synchronize(d)  # type: ignore[arg-type]
 
-    def step(self, grads: Sequence[ArrayLike]) -> None:
-        """One training step: grads[i] is the gradient of tensor i (registration order), with
-        the tensor's shape, float32, contiguous, on the tensor's device. Pushes them, waits for
-        the next parameter version and writes it into the registered arrays. A non-finite
-        gradient raises gradagg.errors.NonFiniteError and nothing is pushed."""
+    def _grad_pointers(self, grads: Sequence[ArrayLike]) -> Any:
         if isinstance(grads, (str, bytes)) or not hasattr(grads, "__len__"):
             raise TypeError("grads: expected a sequence with one gradient per registered tensor")
         if len(grads) != len(self._tensors):
@@ -353,11 +354,54 @@ class Client:
                 where = lambda d: "host memory" if d is None else f"cuda:{d}"  # noqa: E731
                 raise ValueError(f"{what}: in {where(b.cuda_device)}, the tensor is in {where(info.cuda_device)}")
             ptrs[i] = b.ptr
+        return ptrs
+
+    def step(self, grads: Sequence[ArrayLike]) -> None:
+        """One training step: grads[i] is the gradient of tensor i (registration order), with
+        the tensor's shape, float32, contiguous, on the tensor's device. Pushes them, waits for
+        the next parameter version and writes it into the registered arrays. A non-finite
+        gradient raises gradagg.errors.NonFiniteError and nothing is pushed."""
+        ptrs = self._grad_pointers(grads)
         with self._lock:
             h = self._h()
             self._check_storage()
             self._sync_devices(range(len(self._tensors)))
             st = _lib.ga_client_step(h, ptrs)
+            if st != 0:
+                raise self._fail(st)
+
+    def step_start(self, grads: Sequence[ArrayLike]) -> None:
+        """step(grads) on the library's own step thread: returns once the step started, so the
+        caller goes on (with the backward pass that produces other gradients, say). The
+        gradients are kept alive and must not change until step_wait(), and the registered
+        arrays are written meanwhile; until step_wait() returns, every other call but
+        step_done() raises RuntimeError. Errors of the step itself come from step_wait()."""
+        ptrs = self._grad_pointers(grads)
+        with self._lock:
+            h = self._h()
+            self._check_storage()
+            self._sync_devices(range(len(self._tensors)))
+            st = _lib.ga_client_step_start(h, ptrs)
+            if st != 0:
+                raise self._fail(st)
+            self._in_flight = (ptrs, grads)  # the C step reads them until step_wait
+
+    def step_done(self) -> bool:
+        """True when no step started by step_start() is still running (step_wait() returns at once)."""
+        done = ctypes.c_bool(True)
+        h = self._handle
+        if h is not None and self._in_flight is not None:
+            _lib.ga_client_step_poll(h, ctypes.byref(done))
+        return bool(done.value)
+
+    def step_wait(self) -> None:
+        """Waits for the step started by step_start() and raises its error, as step() would.
+        No-op when none was started."""
+        if self._in_flight is None or self._handle is None:
+            return
+        st = _lib.ga_client_step_wait(self._handle)  # without the lock: step_done() may poll
+        with self._lock:
+            self._in_flight = None
             if st != 0:
                 raise self._fail(st)
 

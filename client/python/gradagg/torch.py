@@ -11,10 +11,18 @@ afterwards, because the library writes every new parameter version into that mem
 The optimizer (SGD, or Adam/AdamW with optimizer=gradagg.Adam(...)) runs on the server with
 hyper-parameters fixed for the job: changing param_groups' lr (an LR scheduler) is refused
 rather than silently ignored.
+
+Overlap with backward: the parameters are grouped into buckets in backward order (the reverse
+of their order here, DDP's bucket_cap_mb rule), one gradagg.Client each; a bucket's step starts
+(Client.step_start) as soon as backward has produced its last gradient, so its push, the
+server's step and its pull overlap the rest of backward, and step() waits for what is in
+flight. Gradient accumulation therefore runs the earlier backward passes inside opt.no_sync(),
+as with DDP.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+import contextlib
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -22,6 +30,34 @@ from .client import Client, codec_has_residual
 from .options import DGC, SGD, Adam
 
 CodecFor = Callable[[str, torch.Tensor], Optional[str]]
+
+#: Buckets an optimizer may keep: bucket k is lane k of the job (docs/protocol.md, "Lanes").
+MAX_BUCKETS = 16
+
+
+def bucket_plan(sizes: List[int], cap_bytes: int) -> List[List[int]]:
+    """The buckets of parameters of sizes[i] bytes (in registration order): indices in backward
+    order (the reverse), a bucket closing once it holds at least cap_bytes (DDP's rule), the cap
+    doubled until there are at most MAX_BUCKETS. cap_bytes 0: one bucket."""
+    order = list(range(len(sizes) - 1, -1, -1))
+    cap = cap_bytes
+    while True:
+        out: List[List[int]] = [[]]
+        held = 0
+        for i in order:
+            if cap and out[-1] and held >= cap:
+                out.append([])
+                held = 0
+            out[-1].append(i)
+            held += sizes[i]
+        if len(out) <= MAX_BUCKETS:
+            return out
+        cap *= 2
+
+
+def bucket_job(job: str, k: int) -> str:
+    """The job of bucket k: the job itself for bucket 0, lane k of it after."""
+    return job if k == 0 else f"{job}/lane{k}"
 
 
 def _named(params: Iterable[Any]) -> List[Tuple[str, torch.Tensor]]:
@@ -87,6 +123,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     gradients themselves, so the same update is what gets compressed. optimizer=gradagg.SGD(lr,
     momentum=m) keeps the momentum on the server.
     A parameter whose .grad is None pushes zeros.
+    overlap (default True): each bucket of about bucket_cap_mb MB (backward order, DDP's rule; at
+    most MAX_BUCKETS, the cap grows to fit) is its own gradagg.Client on lane k of the job
+    (bucket 0: the job itself) and starts its step as soon as backward produced its gradients;
+    step() starts the buckets backward did not complete (unused parameters) and waits for all.
+    Backward passes before the last one of an accumulated step run inside opt.no_sync(); a
+    second backward into a bucket already sent raises RuntimeError. With several buckets the
+    lanes= client argument is refused (the buckets are the lanes). overlap=False: one client,
+    step() pushes everything.
     """
 
     def __init__(self, params: Iterable[Any], *, server: str, job: str, rank: int, world_size: int,
@@ -95,7 +139,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
-                 **client_kwargs: Any) -> None:
+                 overlap: bool = True, bucket_cap_mb: float = 25.0, **client_kwargs: Any) -> None:
         named = _named(params)
         for name, p in named:
             if p.dtype != torch.float32:
@@ -129,35 +173,106 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._zeros: Dict[int, torch.Tensor] = {}
         if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
             client_kwargs["pull_threshold"] = "auto"
-        self.client = Client(server, job, rank, world_size, optimizer=server_opt, pull_codec=pull_codec,
-                             **client_kwargs)
+        if bucket_cap_mb < 0:
+            raise ValueError(f"bucket_cap_mb: {bucket_cap_mb}, expected >= 0")
+        cap = int(bucket_cap_mb * (1 << 20)) if overlap else 0
+        #: The parameter indices of each bucket, in backward order (bucket k: clients[k]).
+        self.buckets = bucket_plan([p.numel() * 4 for _, p in named], cap)
+        if len(self.buckets) > 1 and client_kwargs.get("lanes", 1) not in (0, 1):
+            raise ValueError(f"lanes={client_kwargs['lanes']} with {len(self.buckets)} buckets: the buckets are the "
+                             "job's lanes; give overlap=False (or a larger bucket_cap_mb) to use lanes")
+        #: One gradagg.Client per bucket.
+        self.clients: List[Client] = []
         try:
-            for (name, p), c in zip(named, codecs):
-                thr = threshold if c == codec else None
-                self.client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
-                                       auto_bits=auto_bits, ratio=ratio if c == codec else None, dgc=dgc_opt)
-            with torch.no_grad():
-                self.client.init()
+            for k, bucket in enumerate(self.buckets):
+                client = Client(server, bucket_job(job, k), rank, world_size, optimizer=server_opt,
+                                pull_codec=pull_codec, **client_kwargs)
+                self.clients.append(client)
+                for i in bucket:
+                    name, p = named[i]
+                    c = codecs[i]
+                    thr = threshold if c == codec else None
+                    client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
+                                      auto_bits=auto_bits, ratio=ratio if c == codec else None, dgc=dgc_opt)
+                with torch.no_grad():
+                    client.init()
         except BaseException:
-            self.client.close()
+            self.close()
             raise
+        self._bucket_of = {i: k for k, bucket in enumerate(self.buckets) for i in bucket}
+        self._ready: List[Set[int]] = [set() for _ in self.buckets]
+        self._started = [False] * len(self.buckets)
+        self._sync = True
+        self._hooks: List[Tuple[Any, Any]] = []  # (AccumulateGrad node, its hook's handle)
+        if overlap:
+            self._hook_accumulators([p for _, p in named])
 
-    def _grads(self) -> List[torch.Tensor]:
-        out: List[torch.Tensor] = []
-        for i, p in enumerate(self._params()):
-            g = p.grad
-            if g is None:
-                z = self._zeros.get(i)
-                if z is None:
-                    z = self._zeros[i] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                g = z
-            elif g.is_sparse:
-                g = g.to_dense()
-            g = g.detach().to(torch.float32)
-            if self._worker_weight_decay:
-                g = g + self._worker_weight_decay * p.detach()
-            out.append(g.contiguous())
-        return out
+    @property
+    def client(self) -> Client:
+        """The client, when there is one bucket (overlap=False, or a model within bucket_cap_mb);
+        else see clients."""
+        if len(self.clients) != 1:
+            raise RuntimeError(f"{len(self.clients)} buckets, one client each: use opt.clients")
+        return self.clients[0]
+
+    @property
+    def buckets_in_flight(self) -> int:
+        """Buckets whose step has started and that step() has not yet waited for: after a
+        backward pass with overlap, every bucket whose gradients it produced."""
+        return sum(self._started)
+
+    def _hook_accumulators(self, params: List[torch.Tensor]) -> None:
+        # The hook of each parameter's AccumulateGrad node runs once .grad holds this backward's
+        # gradient (DDP and Horovod hook the same node). The nodes are kept: a hook lives with it.
+        for i, p in enumerate(params):
+            if not p.requires_grad:
+                continue
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]  # type: ignore[union-attr]
+            self._hooks.append((acc, acc.register_hook(self._make_hook(i))))
+
+    def _make_hook(self, i: int) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            if not self._sync:
+                return
+            k = self._bucket_of[i]
+            if self._started[k]:
+                raise RuntimeError(f"a second backward into bucket {k} (parameter {self._names[i]!r}) after its "
+                                   "step started: run the earlier backward passes of an accumulated step inside "
+                                   "opt.no_sync()")
+            self._ready[k].add(i)
+            if len(self._ready[k]) == len(self.buckets[k]):
+                self._start(k)
+        return hook
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate into .grad without starting any push (DDP's no_sync);
+        the backward after it, or step(), sends the sum."""
+        old, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = old
+
+    def _grad(self, i: int, p: torch.Tensor) -> torch.Tensor:
+        g = p.grad
+        if g is None:
+            z = self._zeros.get(i)
+            if z is None:
+                z = self._zeros[i] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            g = z
+        elif g.is_sparse:
+            g = g.to_dense()
+        g = g.detach().to(torch.float32)
+        if self._worker_weight_decay:
+            g = g + self._worker_weight_decay * p.detach()
+        return g.contiguous()
+
+    @torch.no_grad()
+    def _start(self, k: int) -> None:
+        params = self._params()
+        self.clients[k].step_start([self._grad(i, params[i]) for i in self.buckets[k]])
+        self._started[k] = True
 
     def _params(self) -> List[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -174,16 +289,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if group["lr"] != self._lr:
                 raise RuntimeError(f"lr changed to {group['lr']} (was {self._lr}): the learning rate belongs "
                                    "to the job's server-side SGD and cannot change during training")
-        self.client.step(self._grads())
+        for k in range(len(self.buckets)):
+            if not self._started[k]:
+                self._start(k)
+        failure: Optional[BaseException] = None
+        for client in self.clients:
+            try:
+                client.step_wait()
+            except BaseException as e:  # the others still run: wait for them first
+                failure = failure or e
+        self._ready = [set() for _ in self.buckets]
+        self._started = [False] * len(self.buckets)
+        if failure is not None:
+            raise failure
         return loss
 
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch `epoch` (0-based) for the DGC warm-up."""
-        self.client.set_epoch(epoch)
+        for client in self.clients:
+            client.set_epoch(epoch)
 
     def close(self) -> None:
-        """Leaves the job; the model keeps the last parameters pulled."""
-        self.client.close()
+        """Leaves the job; the model keeps the last parameters pulled. Backward passes after it
+        no longer reach this optimizer."""
+        for _, handle in getattr(self, "_hooks", []):
+            handle.remove()
+        self._hooks = []
+        for client in getattr(self, "clients", []):
+            client.close()
 
     def __enter__(self) -> "DistributedOptimizer":
         return self

@@ -1,6 +1,8 @@
 """gradagg.torch.DistributedOptimizer: W ranks in threads train one small torch model."""
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Dict, List
 
 import pytest
@@ -15,9 +17,13 @@ from _util import FAST, run_ranks
 torch.set_num_threads(1)  # 4 ranks share 2 cores
 
 
+_SEEDING = threading.Lock()  # ranks run in threads; torch's seed is global
+
+
 def make_model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)  # different per rank: init() must make them equal
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    with _SEEDING:
+        torch.manual_seed(seed)  # different per rank: init() must make them equal
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
 
 
 def rank_data(r: int):
@@ -32,7 +38,7 @@ def train(server, job: str, world: int, steps: int, **kw: Any) -> List[Dict[str,
     def worker(r: int) -> Dict[str, Any]:
         model = make_model(r)
         x, y = rank_data(r)
-        losses = []
+        losses, in_flight = [], []
         with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=world,
                                   **FAST, **kw) as opt:
             start = [p.detach().clone() for p in model.parameters()]
@@ -41,12 +47,14 @@ def train(server, job: str, world: int, steps: int, **kw: Any) -> List[Dict[str,
                 opt.zero_grad()
                 loss = F.mse_loss(model(x), y)
                 loss.backward()
+                in_flight.append(opt.buckets_in_flight)
                 opt.step()
                 losses.append(loss.item())
-            version = opt.client.version
-            pulled = opt.client.stats.bytes_pulled
+            version = opt.clients[0].version
+            pulled = sum(c.stats.bytes_pulled for c in opt.clients)
+            buckets = len(opt.clients)
         return dict(params=[p.detach().clone() for p in model.parameters()], start=start, losses=losses,
-                    version=version, model=model, pulled=pulled)
+                    version=version, model=model, pulled=pulled, buckets=buckets, in_flight=in_flight)
 
     return run_ranks(worker, world, timeout=120)
 
@@ -59,6 +67,37 @@ def assert_identical_and_learning(out: List[Dict[str, Any]], steps: int, factor:
         for a, b in zip(o["start"], out[0]["start"]):
             assert torch.equal(a, b), f"rank {r} started from other values than rank 0"
         assert o["losses"][-1] < factor * o["losses"][0], o["losses"]
+
+
+@pytest.mark.parametrize("codec", ["none", "2bit"])
+def test_buckets_overlap_backward(server, job, codec: str) -> None:
+    # One bucket per parameter (4, in backward order, each a lane of the job): every bucket's step
+    # starts within backward, and the result is bit for bit that of one client pushing
+    # everything in step().
+    kw: Dict[str, Any] = dict(lr=0.05, momentum=0.5, codec=codec, pull_codec=codec)
+    if codec == "2bit":
+        kw.update(threshold=0.05, pull_threshold=0.01)
+    one = train(server, job, 2, 8, overlap=False, **kw)
+    many = train(server, job + "-b", 2, 8, bucket_cap_mb=1e-6, **kw)
+    assert [o["buckets"] for o in one] == [1, 1] and [o["buckets"] for o in many] == [4, 4]
+    assert all(n == 0 for o in one for n in o["in_flight"])
+    assert all(n == 4 for o in many for n in o["in_flight"])
+    for a, b in zip(one, many):
+        assert b["version"] == 8
+        for p, q in zip(a["params"], b["params"]):
+            assert torch.equal(p, q)
+    assert many[0]["losses"][-1] < many[0]["losses"][0]
+
+
+def test_bucket_plan() -> None:
+    from gradagg.torch import MAX_BUCKETS, bucket_plan
+    # Backward order, a bucket closing once it holds the cap (DDP's rule).
+    assert bucket_plan([4, 40, 8, 80], 40) == [[3], [2, 1], [0]]
+    assert bucket_plan([4, 40, 8, 80], 50) == [[3], [2, 1, 0]]
+    assert bucket_plan([4, 40, 8, 80], 0) == [[3, 2, 1, 0]]
+    assert bucket_plan([4, 40, 8, 80], 1 << 30) == [[3, 2, 1, 0]]
+    many = bucket_plan([4] * 100, 4)
+    assert len(many) <= MAX_BUCKETS and sorted(i for b in many for i in b) == list(range(100))
 
 
 @pytest.mark.parametrize("where", ["worker", "server"])
@@ -88,9 +127,10 @@ def test_automatic_pull_threshold(server, job) -> None:
         DistributedOptimizer(model.parameters(), lr=0.1, pull_codec="2bit", pull_auto_bits=2.0, **kw)
 
 
-def test_gradient_accumulation(server, job) -> None:
-    # Several backward passes before one step() push their sum once (nothing is sent before
-    # step()), as torch.optim.SGD applies it: accumulation needs no no_sync().
+@pytest.mark.parametrize("overlap", [True, False])
+def test_gradient_accumulation(server, job, overlap: bool) -> None:
+    # Several backward passes before one step() push their sum once, as torch.optim.SGD applies
+    # it. With overlap the last backward starts the push: the earlier ones run in no_sync().
     torch.manual_seed(4)
     model = torch.nn.Linear(5, 2)
     ref = torch.nn.Linear(5, 2)
@@ -98,16 +138,27 @@ def test_gradient_accumulation(server, job) -> None:
     torch_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     batches = [torch.randn(3, 5) for _ in range(6)]
     with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
-                              momentum=0.9, **FAST) as opt:
+                              momentum=0.9, overlap=overlap, **FAST) as opt:
         for step in range(2):
             for m, o in ((model, opt), (ref, torch_opt)):
                 o.zero_grad()
-                for x in batches[3 * step:3 * step + 3]:
-                    (m(x) ** 2).mean().backward()
+                quiet = opt.no_sync() if o is opt and overlap else contextlib.nullcontext()
+                with quiet:
+                    for x in batches[3 * step:3 * step + 2]:
+                        (m(x) ** 2).mean().backward()
+                (m(batches[3 * step + 2]) ** 2).mean().backward()
                 o.step()
         assert opt.client.version == 2
         for p, q in zip(model.parameters(), ref.parameters()):
             assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), (p, q)
+        if overlap:
+            # A second backward into a bucket already sent is refused, not silently dropped.
+            opt.zero_grad()
+            (model(batches[0]) ** 2).mean().backward()
+            with pytest.raises(RuntimeError, match="no_sync"):
+                (model(batches[1]) ** 2).mean().backward()
+            opt.step()
+            assert opt.client.version == 3
 
 
 def test_momentum_moves_to_the_worker(server, job) -> None:
