@@ -56,6 +56,7 @@ def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
                                 world_size=a.world, lr=a.lr, momentum=a.momentum, codec=a.codec,
                                 threshold=threshold, ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
                                 pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=1,
+                                overlap=not a.no_overlap, bucket_cap_mb=a.bucket_mb,
                                 call_timeout_ms=120000, step_timeout_ms=600000)
 
 
@@ -77,7 +78,7 @@ def main() -> int:
     ap.add_argument("--iface", default="eth0")
     ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd"))
     ap.add_argument("--psgd-rank", type=int, default=1)
-    ap.add_argument("--bucket-mb", type=float, default=25.0)
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb; gradagg's too")
     # gradagg
     ap.add_argument("--server")
     ap.add_argument("--job", default="trainbench")
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--pull-codec", default="none")
     ap.add_argument("--pull-threshold", type=opt_float, default=None)
     ap.add_argument("--pull-ratio", type=opt_float, default=None)
+    ap.add_argument("--no-overlap", action="store_true", help="gradagg: one client, everything pushed in step()")
     a = ap.parse_args()
     torch.set_num_threads(1)
     try:
@@ -114,9 +116,10 @@ def main() -> int:
             opt.step()
             iter_s.append(time.perf_counter() - t0)
             if a.system == "gradagg":
-                st = opt.client.stats
-                pushed += st.bytes_pushed
-                pulled += st.bytes_pulled
+                for client in opt.clients:
+                    st = client.stats
+                    pushed += st.bytes_pushed
+                    pulled += st.bytes_pulled
             if (i + 1) % a.eval_every == 0 or i + 1 == a.iters:
                 evals.append([i + 1, task.eval_loss(model)])
         if not all(torch.isfinite(p).all() for p in model.parameters()):
