@@ -23,7 +23,10 @@ def system_row(reports: List[Dict[str, Any]], iters: int, link0: Optional[Dict[s
         t += s
         elapsed.append(t)
     curve = [[it, elapsed[it], loss] for it, loss in r0["evals"]]  # iteration, training seconds, loss
+    fwdbwd = r0["fwdbwd_s"][WARMUP:]
+    step = [i - f for i, f in zip(r0["iter_s"][WARMUP:], fwdbwd)]
     row: Dict[str, Any] = {"median_s": median(r0["iter_s"][WARMUP:]), "iter_s": r0["iter_s"], "curve": curve,
+                           "median_fwdbwd_s": median(fwdbwd), "median_step_s": median(step),
                            "final_loss": curve[-1][2], "train_s": elapsed[-1],
                            "bytes_pushed_per_rank_iter": statistics.mean(r["bytes_pushed"] for r in reports) / iters,
                            "bytes_pulled_per_rank_iter": statistics.mean(r["bytes_pulled"] for r in reports) / iters,
@@ -134,6 +137,11 @@ def tables(info: Dict[str, Any]) -> str:
         out.append(f"\n**{link}, {regime} regime** (batch {rows[0]['batch']} per rank, W = {a['world']}, "
                    f"{a['model']}{note})\n\n{HEADER}")
         out += [row_line(r) for r in rows]
+        out.append(f"\nWhere rank 0's iteration goes ({link}, {regime}; medians): DDP and the overlapped gradagg "
+                   "systems communicate during backward, the others in step()\n\n"
+                   "| system | zero_grad + forward + backward ms | step() ms |\n|---|---:|---:|")
+        out += [f"| {r['system']} | {r['median_fwdbwd_s'] * 1e3:.0f} | {r['median_step_s'] * 1e3:.0f} |"
+                for r in rows if r["status"] == "ok"]
     return "\n".join(out)
 
 
