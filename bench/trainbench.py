@@ -68,9 +68,9 @@ SYSTEMS = {s.name: s for s in [
     # DistributedOptimizer's defaults: automatic 2bit thresholds both ways, momentum on the worker.
     System("gradagg-2bit", "gradagg", ("--codec", "2bit")),
     System("gradagg-2bit-2bitpull", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit")),
-    # The same without overlap (one client, everything pushed in step()), and in 5 MB buckets.
+    # The same in DDP's 25 MB buckets, and without overlap (one client, everything pushed in step()).
+    System("gradagg-2bit-2bitpull-b25", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--bucket-mb", "25")),
     System("gradagg-2bit-2bitpull-serial", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--no-overlap")),
-    System("gradagg-2bit-2bitpull-b5", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--bucket-mb", "5")),
     System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
     System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.01", "--pull-codec", "2bit")),

@@ -31,7 +31,7 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
         # One bucket (DDP's first is 1 MB by default): with two, the hook's collectives are issued
         # from two threads, in an order that can differ between ranks, and gloo fails on it.
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(a.bucket_mb * (1 << 20))
-    ddp = DDP(model, bucket_cap_mb=a.bucket_mb)
+    ddp = DDP(model, bucket_cap_mb=25.0 if a.bucket_mb is None else a.bucket_mb)
     if a.hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -56,8 +56,8 @@ def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
                                 world_size=a.world, lr=a.lr, momentum=a.momentum, codec=a.codec,
                                 threshold=threshold, ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
                                 pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=1,
-                                overlap=not a.no_overlap, bucket_cap_mb=a.bucket_mb,
-                                call_timeout_ms=120000, step_timeout_ms=600000)
+                                overlap=not a.no_overlap, call_timeout_ms=120000, step_timeout_ms=600000,
+                                **({} if a.bucket_mb is None else {"bucket_cap_mb": a.bucket_mb}))
 
 
 def main() -> int:
@@ -78,7 +78,8 @@ def main() -> int:
     ap.add_argument("--iface", default="eth0")
     ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd"))
     ap.add_argument("--psgd-rank", type=int, default=1)
-    ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb; gradagg's too")
+    ap.add_argument("--bucket-mb", type=float, default=None,
+                    help="bucket_cap_mb of DDP (default 25) or of DistributedOptimizer (default its own)")
     # gradagg
     ap.add_argument("--server")
     ap.add_argument("--job", default="trainbench")

@@ -123,7 +123,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     gradients themselves, so the same update is what gets compressed. optimizer=gradagg.SGD(lr,
     momentum=m) keeps the momentum on the server.
     A parameter whose .grad is None pushes zeros.
-    overlap (default True): each bucket of about bucket_cap_mb MB (backward order, DDP's rule; at
+    overlap (default True): each bucket of about bucket_cap_mb MB (default 5: smaller than DDP's
+    25, since a gradagg bucket costs one push and one pull, not a ring; backward order, DDP's rule; at
     most MAX_BUCKETS, the cap grows to fit) is its own gradagg.Client on lane k of the job
     (bucket 0: the job itself) and starts its step as soon as backward produced its gradients;
     step() starts the buckets backward did not complete (unused parameters) and waits for all.
@@ -139,7 +140,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
-                 overlap: bool = True, bucket_cap_mb: float = 25.0, **client_kwargs: Any) -> None:
+                 overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
         named = _named(params)
         for name, p in named:
             if p.dtype != torch.float32:

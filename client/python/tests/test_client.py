@@ -150,3 +150,39 @@ def test_auto_threshold_needs_2bit(server, job) -> None:
     with gradagg.Client(server.addr, job, 0, 1, **FAST) as c:
         with pytest.raises(errors.InvalError):
             c.add_tensor("w", np.zeros(8, F32), codec="topk", threshold="auto")
+
+
+def test_step_start_and_wait(server, job) -> None:
+    """Two ranks from one thread: rank 0's step cannot end before rank 1 pushes, so it is in
+    flight and every other call on it is refused; both end with the bits step() gives; the
+    step's own error comes from step_wait()."""
+    w0, b0 = regression_init()
+    w1, b1 = regression_init()
+    x, y = regression_data(0)
+    with gradagg.Client(server.addr, job, 0, 2, optimizer=gradagg.SGD(lr=LR), **FAST) as c0, \
+            gradagg.Client(server.addr, job, 1, 2, optimizer=gradagg.SGD(lr=LR), **FAST) as c1:
+        for c, w, b in ((c0, w0, b0), (c1, w1, b1)):
+            c.add_tensor("w", w)
+            c.add_tensor("b", b)
+        c0.init()
+        c1.init()
+        g = regression_grads(w0, b0, x, y)
+        c0.step_start(g)
+        assert not c0.step_done()
+        for call in (lambda: c0.version, lambda: c0.step(g), lambda: c0.step_start(g), lambda: c0.stats):
+            with pytest.raises(RuntimeError, match="in flight"):
+                call()
+        assert "step in flight" in repr(c0)
+        c1.step_start(g)
+        c1.step_wait()
+        c0.step_wait()
+        assert c0.step_done() and c0.version == 1 and c1.version == 1
+        np.testing.assert_array_equal(w0, w1)
+        want_w, want_b = regression_init()
+        np.testing.assert_array_equal(w0, want_w - F32(LR) * g[0])
+        bad = [np.full_like(g[0], np.nan), g[1]]
+        c0.step_start(bad)
+        with pytest.raises(errors.NonFiniteError):
+            c0.step_wait()
+        c0.step_wait()  # nothing in flight any more: a no-op
+        assert c0.version == 1
