@@ -212,6 +212,7 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     ga_status st;
     switch (o->optimizer) {
     case GA_SERVER_OPTIM_NONE:
+    case GA_SERVER_OPTIM_REDUCE:
         break;
     case GA_SERVER_OPTIM_SGD:
         /* n = 0: checks the hyper-parameters and does nothing. */
@@ -280,6 +281,8 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
         optim.eps = o->adam.eps;
         optim.weight_decay = o->adam.weight_decay;
         optim.decoupled = o->adam.decoupled;
+    } else if (o->optimizer == GA_SERVER_OPTIM_REDUCE) {
+        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_REDUCE;
     }
     Gradagg__V1__Straggler strag = GRADAGG__V1__STRAGGLER__INIT;
     strag.deadline_ms = o->deadline_ms;

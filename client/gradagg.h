@@ -35,7 +35,15 @@ extern "C" {
 typedef struct ga_client ga_client;
 
 typedef enum ga_job_mode { GA_MODE_SYNC = 0, GA_MODE_ASYNC = 1 } ga_job_mode;
-typedef enum ga_server_optim { GA_SERVER_OPTIM_NONE = 0, GA_SERVER_OPTIM_SGD = 1, GA_SERVER_OPTIM_ADAM = 2 } ga_server_optim;
+/* What the server does with each step's reduced gradient g: NONE params += g, SGD / ADAM their
+ * update, REDUCE params = g (a reduce-only job: each version pulled is the step's aggregate
+ * gradient, which the caller's own optimizer applies: DDP's comm hook). */
+typedef enum ga_server_optim {
+    GA_SERVER_OPTIM_NONE = 0,
+    GA_SERVER_OPTIM_SGD = 1,
+    GA_SERVER_OPTIM_ADAM = 2,
+    GA_SERVER_OPTIM_REDUCE = 3
+} ga_server_optim;
 
 /* The job a client joins. The first rank to join creates the job with these settings; the
  * others must pass the same (GA_E_JOB_CONFIG otherwise). */

@@ -40,8 +40,10 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
     case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_NONE: s.store.optim = GA_OPTIM_NONE; break;
     case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_SGD: s.store.optim = GA_OPTIM_SGD; break;
     case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_ADAM: s.store.optim = GA_OPTIM_ADAM; break;
+    case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_REDUCE: s.store.optim = GA_OPTIM_REDUCE; break;
     default:
-        return ga_status_fail(GA_E_INVAL, why, cap, "config.optimizer.kind %d is not 0 (none), 1 (sgd) or 2 (adam)",
+        return ga_status_fail(GA_E_INVAL, why, cap,
+                              "config.optimizer.kind %d is not 0 (none), 1 (sgd), 2 (adam) or 3 (reduce)",
                     (int)o->kind);
     }
     s.store.sgd = (ga_sgd_params){o->lr, o->momentum, o->weight_decay, o->nesterov != 0};
@@ -172,7 +174,7 @@ static void optim_text(const ga_store_config *c, char *buf, size_t cap)
                  (double)c->adam.lr, (double)c->adam.beta1, (double)c->adam.beta2, (double)c->adam.eps,
                  (double)c->adam.weight_decay);
     else
-        snprintf(buf, cap, "none");
+        snprintf(buf, cap, c->optim == GA_OPTIM_REDUCE ? "reduce" : "none");
 }
 
 static void job_free_fields(ga_job *job)

@@ -135,7 +135,8 @@ static ga_status check_optim(const ga_store_config *cfg)
      * Adam's t = 1 is its tightest step (later steps only shrink lr / (1 - beta1^t)). */
     const ga_exec cpu = GA_EXEC_CPU_INIT;
     switch (cfg->optim) {
-    case GA_OPTIM_NONE: return GA_OK;
+    case GA_OPTIM_NONE:
+    case GA_OPTIM_REDUCE: return GA_OK;
     case GA_OPTIM_SGD: return ga_sgd_step(&cpu, &cfg->sgd, NULL, NULL, NULL, 0);
     case GA_OPTIM_ADAM: return ga_adam_step(&cpu, &cfg->adam, 1, NULL, NULL, NULL, NULL, 0);
     }

@@ -14,7 +14,10 @@
 #include "ga_exec.h"
 #include "ga_optim.h"
 
-typedef enum ga_optim_kind { GA_OPTIM_NONE = 0, GA_OPTIM_SGD = 1, GA_OPTIM_ADAM = 2 } ga_optim_kind;
+/* What a step does with the reduced gradient g: NONE params += g, SGD and ADAM their update,
+ * REDUCE params = g (a reduce-only job: each version is the step's aggregate, for DDP's comm
+ * hook). */
+typedef enum ga_optim_kind { GA_OPTIM_NONE = 0, GA_OPTIM_SGD = 1, GA_OPTIM_ADAM = 2, GA_OPTIM_REDUCE = 3 } ga_optim_kind;
 
 typedef struct ga_store_config {
     ga_backend backend;

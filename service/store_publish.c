@@ -64,6 +64,10 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
     float *p = t->params + lo, *s0 = t->state0 ? t->state0 + lo : NULL, *s1 = t->state1 ? t->state1 + lo : NULL;
     switch (c->optim) {
     case GA_OPTIM_NONE: return ga_reduce_add(&s->ex, p, grad, len);
+    case GA_OPTIM_REDUCE: {
+        const float *in[1] = {grad};
+        return ga_reduce_sum(&s->ex, in, 1, len, p); /* a copy, on the store's backend */
+    }
     case GA_OPTIM_SGD: return ga_sgd_step(&s->ex, &c->sgd, p, s0, grad, len);
     case GA_OPTIM_ADAM: return ga_adam_step(&s->ex, &c->adam, t->adam_t + 1, p, s0, s1, grad, len);
     }

@@ -42,6 +42,12 @@ const scenario scenarios[] = {
      {1, 1500, 5000}, 3},
     {"sum, none, fp16 pulls", CFG(.optim = GA_OPTIM_NONE, .pull_codec = GA_CODEC_FP16, .piece_elems = 1024),
      {1, 1500, 5000, 2048}, 4},
+    {"mean, reduce, fp32 pulls", CFG(.mean = true, .optim = GA_OPTIM_REDUCE, .piece_elems = 1024),
+     {1, 1500, 5000, 2048}, 4},
+    {"mean, reduce, 2bit pulls",
+     CFG(.mean = true, .optim = GA_OPTIM_REDUCE, .pull_codec = GA_CODEC_2BIT, .pull_params = {.threshold = 0.004f},
+         .piece_elems = 1024),
+     {1, 1500, 5000, 2048}, 4},
 };
 const size_t nscenarios = sizeof scenarios / sizeof scenarios[0];
 

@@ -152,6 +152,7 @@ static void model_apply(model *m, uint32_t contributors, model_pub *pubs)
         case GA_OPTIM_NONE: oracle_reduce_add(t->params, t->sum, t->n); break;
         case GA_OPTIM_SGD: oracle_sgd_step(&m->cfg.sgd, t->params, t->m0, t->sum, t->n); break;
         case GA_OPTIM_ADAM: oracle_adam_step(&m->cfg.adam, ++t->t, t->params, t->m0, t->m1, t->sum, t->n); break;
+        case GA_OPTIM_REDUCE: memcpy(t->params, t->sum, t->n * sizeof(float)); break;
         }
         memset(t->sum, 0, t->n * sizeof(float));
         model_publish(m, t, &pubs[i]);

@@ -27,7 +27,7 @@ Threshold = Union[float, str, None]
 
 _MODES = {"sync": 0, "async": 1}
 _AUTO_LEVELS = ("mean", "threshold")  # ga_auto_level, in enum order
-_OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM = 0, 1, 2
+_OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM, _OPTIM_REDUCE = 0, 1, 2, 3
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
 
@@ -120,8 +120,10 @@ class Client:
     gradients (compressed per tensor) and writes the new parameters into the registered arrays.
     close() (or leaving a ``with`` block) leaves the job and frees the C client.
 
-    optimizer runs on the server: SGD, Adam, or None (the server serves the mean or sum of the
-    gradients as the "parameters"). mean: divide the sum by the ranks that contributed.
+    optimizer runs on the server: SGD, Adam, None (parameters += the reduced gradient) or
+    "reduce" (parameters = the reduced gradient: each version pulled is the step's aggregate, a
+    reduce-only job for gradagg.torch.comm_hook). mean: divide the sum by the ranks that
+    contributed.
     pull_codec: "none" for fp32 pulls, else the codec of the compressed parameter deltas
     (pull_threshold / pull_ratio its parameters; pull_threshold="auto" with "2bit": the server
     picks each piece's threshold and level at every version for pull_auto_bits bits per element,
@@ -137,7 +139,7 @@ class Client:
     _handle: Optional[ctypes.c_void_p] = None
 
     def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
-                 mean: bool = True, optimizer: Union[SGD, Adam, None] = None, mode: str = "sync",
+                 mean: bool = True, optimizer: Union[SGD, Adam, str, None] = None, mode: str = "sync",
                  deadline_ms: int = 0, quorum: int = 0,
                  pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
                  pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
@@ -170,6 +172,8 @@ class Client:
         o.adam = S.AdamParams(0.001, 0.9, 0.999, 1e-8, 0.0, False)
         if optimizer is None:
             o.optimizer = _OPTIM_NONE
+        elif optimizer == "reduce":
+            o.optimizer = _OPTIM_REDUCE
         elif isinstance(optimizer, SGD):
             o.optimizer = _OPTIM_SGD
             o.sgd = S.SgdParams(_float("lr", optimizer.lr), _float("momentum", optimizer.momentum),
@@ -180,7 +184,7 @@ class Client:
                                   _float("beta2", optimizer.beta2), _float("eps", optimizer.eps),
                                   _float("weight_decay", optimizer.weight_decay), bool(optimizer.decoupled))
         else:
-            raise TypeError(f"optimizer: {type(optimizer).__name__}, expected gradagg.SGD, gradagg.Adam or None")
+            raise TypeError(f"optimizer: {optimizer!r}, expected gradagg.SGD, gradagg.Adam, 'reduce' or None")
         o.deadline_ms = _uint("deadline_ms", deadline_ms)
         o.quorum = _uint("quorum", quorum)
         o.pull_codec = codec_id(pull_codec)
