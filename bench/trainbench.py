@@ -54,7 +54,13 @@ class System:
 
     @property
     def ddp_hook(self) -> bool:
-        return self.kind == "ddp" and self.name != "ddp-fp32"
+        """One of DDP's own compression hooks (the peers gradagg is compared with)."""
+        return self.kind == "ddp" and self.name.startswith("ddp-") and self.name != "ddp-fp32"
+
+    @property
+    def needs_shard(self) -> bool:
+        """Runs through a gradagg-server: DistributedOptimizer, or DDP with gradagg's comm hook."""
+        return self.name.startswith("gradagg-")
 
 
 SYSTEMS = {s.name: s for s in [
@@ -74,6 +80,9 @@ SYSTEMS = {s.name: s for s in [
     System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
     System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.01", "--pull-codec", "2bit")),
+    # DDP and torch.optim.SGD, the buckets reduced through gradagg.torch.comm_hook.
+    System("gradagg-hook-none", "ddp", ("--hook", "gradagg", "--codec", "none")),
+    System("gradagg-hook-2bit-2bitpull", "ddp", ("--hook", "gradagg", "--codec", "2bit", "--pull-codec", "2bit")),
 ]}
 DEFAULT_SYSTEMS = ",".join(SYSTEMS)
 # Samples per rank per iteration. With an optimised BLAS (scripts/bootstrap installs OpenBLAS) 32
@@ -131,9 +140,9 @@ class Bench:
         common = ["--system", sysm.kind, "--world", str(a.world), "--model", a.model, "--batch",
                   str(REGIMES[regime]), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
                   "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), *sysm.flags]
-        if sysm.kind == "gradagg":
+        if sysm.needs_shard:
             common += ["--server", self.start_shard(link, deadline), "--job", f"tb-{self.row_id}"]
-        elif sysm.kind == "ddp":
+        if sysm.kind == "ddp":
             self.port += 1
             common += ["--master", f"{self.addr(link, 'w0')}:{self.port}", "--iface",
                        "lo" if link == "lo" else nn.IFACE]
@@ -200,7 +209,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     a.systems = [SYSTEMS[n] for n in sorted(set(names), key=lambda n: list(SYSTEMS).index(n))]
     for link in a.links:
         nn.rate_bits(link)  # raises on a bad rate
-    check_build(ap, a, server_needed=any(s.kind == "gradagg" for s in a.systems))
+    check_build(ap, a, server_needed=any(s.needs_shard for s in a.systems))
     return a
 
 

@@ -41,20 +41,36 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
         state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=a.psgd_rank,
                                  start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, ps.powerSGD_hook)
+    elif a.hook == "gradagg":
+        from gradagg.torch import CommHookState, comm_hook
+        ddp.gradagg_state = CommHookState(a.server, a.job, a.rank, a.world, codec=a.codec,
+                                          threshold=gradagg_threshold(a), pull_codec=a.pull_codec,
+                                          pull_threshold=a.pull_threshold, threads=1, call_timeout_ms=120000,
+                                          step_timeout_ms=600000)
+        ddp.register_comm_hook(ddp.gradagg_state, comm_hook)
     elif a.hook != "none":
         raise ValueError(f"hook {a.hook!r}")
     return ddp
 
 
+def gradagg_clients(opt: Any, net: torch.nn.Module) -> List[Any]:
+    """This rank's gradagg clients: DistributedOptimizer's buckets, or the comm hook's."""
+    if hasattr(opt, "clients"):
+        return opt.clients
+    state = getattr(net, "gradagg_state", None)
+    return [c for c, _ in state.buckets.values()] if state else []
+
+
+def gradagg_threshold(a: argparse.Namespace) -> Any:
+    return a.threshold if a.threshold in (None, "auto") else float(a.threshold)
+
+
 def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
     from gradagg.torch import DistributedOptimizer
 
-    threshold: Any = a.threshold
-    if threshold not in (None, "auto"):
-        threshold = float(threshold)
     return DistributedOptimizer(model.named_parameters(), server=a.server, job=a.job, rank=a.rank,
                                 world_size=a.world, lr=a.lr, momentum=a.momentum, codec=a.codec,
-                                threshold=threshold, ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
+                                threshold=gradagg_threshold(a), ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
                                 pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=1,
                                 overlap=not a.no_overlap, call_timeout_ms=120000, step_timeout_ms=600000,
                                 **({} if a.bucket_mb is None else {"bucket_cap_mb": a.bucket_mb}))
@@ -76,7 +92,7 @@ def main() -> int:
     # ddp
     ap.add_argument("--master", help="host:port of rank 0's store")
     ap.add_argument("--iface", default="eth0")
-    ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd"))
+    ap.add_argument("--hook", default="none", choices=("none", "fp16", "powersgd", "gradagg"))
     ap.add_argument("--psgd-rank", type=int, default=1)
     ap.add_argument("--bucket-mb", type=float, default=None,
                     help="bucket_cap_mb of DDP (default 25) or of DistributedOptimizer (default its own)")
@@ -118,17 +134,18 @@ def main() -> int:
             fwdbwd_s.append(time.perf_counter() - t0)
             opt.step()
             iter_s.append(time.perf_counter() - t0)
-            if a.system == "gradagg":
-                for client in opt.clients:
-                    st = client.stats
-                    pushed += st.bytes_pushed
-                    pulled += st.bytes_pulled
+            for client in gradagg_clients(opt, net):
+                st = client.stats
+                pushed += st.bytes_pushed
+                pulled += st.bytes_pulled
             if (i + 1) % a.eval_every == 0 or i + 1 == a.iters:
                 evals.append([i + 1, task.eval_loss(model)])
         if not all(torch.isfinite(p).all() for p in model.parameters()):
             raise RuntimeError("non-finite parameters after training")
         if a.system == "gradagg":
             opt.close()
+        if hasattr(net, "gradagg_state"):
+            net.gradagg_state.close()
         emit({"event": "done", "rank": a.rank, "iter_s": iter_s, "fwdbwd_s": fwdbwd_s, "evals": evals,
               "bytes_pushed": pushed, "bytes_pulled": pulled})
         return 0

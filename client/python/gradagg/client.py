@@ -44,6 +44,12 @@ def codecs() -> List[str]:
         i += 1
 
 
+def lane_job(job: str, k: int) -> str:
+    """The job of lane k of `job` (docs/protocol.md, "Lanes"): the job itself for k = 0,
+    "<job>/lane<k>" after."""
+    return job if k == 0 else f"{job}/lane{k}"
+
+
 def codec_has_residual(name: str) -> bool:
     """True for the codecs that keep an error-feedback residual on the sender (2bit, 1bit,
     1bit_scaled, topk): they send part of each gradient and carry the rest to later steps."""

@@ -18,6 +18,10 @@ of their order here, DDP's bucket_cap_mb rule), one gradagg.Client each; a bucke
 server's step and its pull overlap the rest of backward, and step() waits for what is in
 flight. Gradient accumulation therefore runs the earlier backward passes inside opt.no_sync(),
 as with DDP.
+
+DDP users can keep DDP and their optimizer and change one line instead:
+ddp.register_comm_hook(CommHookState(server, job, rank, world_size, codec=...), comm_hook)
+reduces each DDP bucket through gradagg (gradagg/_comm_hook.py).
 """
 from __future__ import annotations
 
@@ -26,8 +30,11 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 
 import torch
 
-from .client import Client, codec_has_residual
+from ._comm_hook import CommHookState, comm_hook
+from .client import Client, codec_has_residual, lane_job
 from .options import DGC, SGD, Adam
+
+__all__ = ["DistributedOptimizer", "CommHookState", "comm_hook", "bucket_plan", "MAX_BUCKETS"]
 
 CodecFor = Callable[[str, torch.Tensor], Optional[str]]
 
@@ -55,9 +62,6 @@ def bucket_plan(sizes: List[int], cap_bytes: int) -> List[List[int]]:
         cap *= 2
 
 
-def bucket_job(job: str, k: int) -> str:
-    """The job of bucket k: the job itself for bucket 0, lane k of it after."""
-    return job if k == 0 else f"{job}/lane{k}"
 
 
 def _named(params: Iterable[Any]) -> List[Tuple[str, torch.Tensor]]:
@@ -186,7 +190,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.clients: List[Client] = []
         try:
             for k, bucket in enumerate(self.buckets):
-                client = Client(server, bucket_job(job, k), rank, world_size, optimizer=server_opt,
+                client = Client(server, lane_job(job, k), rank, world_size, optimizer=server_opt,
                                 pull_codec=pull_codec, **client_kwargs)
                 self.clients.append(client)
                 for i in bucket:
