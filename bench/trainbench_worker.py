@@ -44,6 +44,7 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
     elif a.hook == "gradagg":
         from gradagg.torch import CommHookState, comm_hook
         ddp.gradagg_state = CommHookState(a.server, a.job, a.rank, a.world, codec=a.codec,
+                                          momentum=a.momentum if a.hook_momentum else 0.0,
                                           threshold=gradagg_threshold(a), pull_codec=a.pull_codec,
                                           pull_threshold=a.pull_threshold, threads=1, call_timeout_ms=120000,
                                           step_timeout_ms=600000)
@@ -107,6 +108,8 @@ def main() -> int:
     ap.add_argument("--pull-threshold", type=opt_float, default=None)
     ap.add_argument("--pull-ratio", type=opt_float, default=None)
     ap.add_argument("--no-overlap", action="store_true", help="gradagg: one client, everything pushed in step()")
+    ap.add_argument("--hook-momentum", action="store_true",
+                    help="gradagg comm hook: momentum in the hook, before the encode; the model's SGD without it")
     a = ap.parse_args()
     torch.set_num_threads(1)
     try:
@@ -118,7 +121,7 @@ def main() -> int:
             net = model
         else:
             net = ddp_model(a, model) if a.system == "ddp" else model
-            opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+            opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.0 if a.hook_momentum else a.momentum)
         emit({"event": "ready", "rank": a.rank})
         if sys.stdin.readline().strip() != "go":
             raise RuntimeError("no go line on stdin")

@@ -34,14 +34,25 @@ class CommHookState:
     a threshold uses the automatic one) compresses each bucket's push; pull_codec its pull of the
     mean (pull_codec="2bit" without pull_threshold: the server's automatic threshold). Other
     keyword arguments go to every bucket's gradagg.Client (the job is sync, mean, optimizer
-    "reduce"). close() leaves the jobs; the state is also a context manager."""
+    "reduce"). momentum > 0 runs SGD momentum in the hook, before the encode (DGC's momentum
+    correction without factor masking, dgc=DGC(momentum, factor_masking=False)): the mean the
+    hook returns is then the mean of the ranks' momentum updates, and the model's optimizer must
+    run without momentum (torch.optim.SGD(params, lr)). With a codec that keeps a residual this
+    is what keeps training: momentum applied after the decode acts on sums that error feedback
+    makes bursty (docs/benchmarks.md, "Training"). close() leaves the jobs; the state is also a
+    context manager."""
 
     def __init__(self, server: str, job: str, rank: int, world_size: int, *, codec: str = "none",
                  threshold: Union[float, str, None] = None, auto_bits: float = 1.5, ratio: Optional[float] = None,
-                 dgc: Optional[DGC] = None, pull_codec: str = "none", **client_kwargs: Any) -> None:
+                 momentum: float = 0.0, dgc: Optional[DGC] = None, pull_codec: str = "none",
+                 **client_kwargs: Any) -> None:
         for k in ("optimizer", "mean", "mode", "lanes"):
             if k in client_kwargs:
                 raise TypeError(f"CommHookState: {k}= is fixed by the hook (a sync, mean, reduce-only job of one lane)")
+        if momentum:
+            if dgc is not None:
+                raise TypeError("CommHookState: give momentum or dgc, not both")
+            dgc = DGC(momentum=momentum, factor_masking=False)
         if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
             client_kwargs["pull_threshold"] = "auto"
         self.server, self.job, self.rank, self.world_size = server, job, rank, world_size

@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--job", default="hook")
     ap.add_argument("--codec", default="none")
     ap.add_argument("--pull-codec", default="none")
+    ap.add_argument("--hook-momentum", action="store_true", help="momentum in the hook; the model's SGD without")
     a = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{a.store}", rank=a.rank, world_size=a.world)
@@ -35,9 +36,10 @@ def main() -> None:
     if a.server:
         from gradagg.torch import CommHookState, comm_hook
         state = CommHookState(a.server, a.job, a.rank, a.world, codec=a.codec, pull_codec=a.pull_codec,
+                              momentum=0.9 if a.hook_momentum else 0.0,
                               call_timeout_ms=10000, step_timeout_ms=30000, max_retries=2)
         ddp.register_comm_hook(state, comm_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0 if a.hook_momentum else 0.9)
     g = torch.Generator().manual_seed(100 + a.rank)
     x = torch.randn(64, 8, generator=g)
     y = x @ torch.randn(8, 2, generator=torch.Generator().manual_seed(1))

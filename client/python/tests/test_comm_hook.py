@@ -50,10 +50,13 @@ def test_fp32_hook_matches_ddp_allreduce(server, tmp_path: Path) -> None:
     assert hook[0]["losses"][-1] < 0.5 * hook[0]["losses"][0]
 
 
-def test_2bit_hook_trains(server, tmp_path: Path) -> None:
-    # 2bit both ways (automatic thresholds, DDP's one bucket): the ranks stay identical and learn.
+@pytest.mark.parametrize("momentum", ["optimizer", "hook"])
+def test_2bit_hook_trains(server, tmp_path: Path, momentum: str) -> None:
+    # 2bit both ways (automatic thresholds, DDP's one bucket), the momentum in the model's SGD or
+    # in the hook before the encode: the ranks stay identical and learn.
+    extra = ["--hook-momentum"] if momentum == "hook" else []
     out = run(tmp_path, "2bit", "--server", server.addr, "--job", "2bit", "--codec", "2bit", "--pull-codec", "2bit",
-              "--steps", "30")
+              "--steps", "30", *extra)
     assert out[0]["buckets"] == 1
     for p, q in zip(out[0]["params"], out[1]["params"]):
         assert torch.equal(p, q)
