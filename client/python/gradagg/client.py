@@ -371,14 +371,22 @@ class Client:
         the tensor's shape, float32, contiguous, on the tensor's device. Pushes them, waits for
         the next parameter version and writes it into the registered arrays. A non-finite
         gradient raises gradagg.errors.NonFiniteError and nothing is pushed."""
+        self._call_step(_lib.ga_client_step, grads)
+
+    def _call_step(self, fn: Any, grads: Sequence[ArrayLike], in_flight: bool = False) -> None:
+        """fn(handle, gradient pointers) with the storage checked and the devices synchronised;
+        raises its error. in_flight: the step goes on after fn returns, reading the pointers and
+        gradients, which are kept until step_wait."""
         ptrs = self._grad_pointers(grads)
         with self._lock:
             h = self._h()
             self._check_storage()
             self._sync_devices(range(len(self._tensors)))
-            st = _lib.ga_client_step(h, ptrs)
+            st = fn(h, ptrs)
             if st != 0:
                 raise self._fail(st)
+            if in_flight:
+                self._in_flight = (ptrs, grads)
 
     def step_start(self, grads: Sequence[ArrayLike]) -> None:
         """step(grads) on the library's own step thread: returns once the step started, so the
@@ -386,15 +394,7 @@ class Client:
         gradients are kept alive and must not change until step_wait(), and the registered
         arrays are written meanwhile; until step_wait() returns, every other call but
         step_done() raises RuntimeError. Errors of the step itself come from step_wait()."""
-        ptrs = self._grad_pointers(grads)
-        with self._lock:
-            h = self._h()
-            self._check_storage()
-            self._sync_devices(range(len(self._tensors)))
-            st = _lib.ga_client_step_start(h, ptrs)
-            if st != 0:
-                raise self._fail(st)
-            self._in_flight = (ptrs, grads)  # the C step reads them until step_wait
+        self._call_step(_lib.ga_client_step_start, grads, in_flight=True)
 
     def step_done(self) -> bool:
         """True when no step started by step_start() is still running (step_wait() returns at once)."""
