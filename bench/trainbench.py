@@ -77,9 +77,10 @@ SYSTEMS = {s.name: s for s in [
     # The same in DDP's 25 MB buckets, and without overlap (one client, everything pushed in step()).
     System("gradagg-2bit-2bitpull-b25", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--bucket-mb", "25")),
     System("gradagg-2bit-2bitpull-serial", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--no-overlap")),
-    System("gradagg-topk", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
+    System("gradagg-topk", "gradagg", ("--codec", "topk")),  # TOPK_TRAINING: 10%, fp16, varint
+    System("gradagg-topk-0.01", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
-    System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--ratio", "0.01", "--pull-codec", "2bit")),
+    System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--pull-codec", "2bit")),
     # DDP and torch.optim.SGD, the buckets reduced through gradagg.torch.comm_hook.
     System("gradagg-hook-none", "ddp", ("--hook", "gradagg", "--codec", "none")),
     System("gradagg-hook-2bit-2bitpull", "ddp", ("--hook", "gradagg", "--codec", "2bit", "--pull-codec", "2bit")),

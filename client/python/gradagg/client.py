@@ -96,13 +96,26 @@ def _opt_str(v: Optional[str]) -> Optional[bytes]:
     return None if v is None else str(v).encode()
 
 
-def codec_params(codec: int, threshold: Optional[float] = None, ratio: Optional[float] = None) -> S.CodecParams:
+_TOPK_VALUES = ("fp32", "fp16")      # ga_topk_values, in enum order
+_TOPK_INDICES = ("int32", "varint")  # ga_topk_indices, in enum order
+
+
+def codec_params(codec: int, threshold: Optional[float] = None, ratio: Optional[float] = None,
+                 topk_values: Optional[str] = None, topk_indices: Optional[str] = None) -> S.CodecParams:
     """ga_codec_params_default(codec) with the given fields replaced (the library validates)."""
     p = _lib.ga_codec_params_default(codec)
     if threshold is not None:
         p.threshold = _float("threshold", threshold)
     if ratio is not None:
         p.ratio = _float("ratio", ratio)
+    if topk_values is not None:
+        if topk_values not in _TOPK_VALUES:
+            raise ValueError(f"topk_values: {topk_values!r}, expected one of {_TOPK_VALUES}")
+        p.topk_values = _TOPK_VALUES.index(topk_values)
+    if topk_indices is not None:
+        if topk_indices not in _TOPK_INDICES:
+            raise ValueError(f"topk_indices: {topk_indices!r}, expected one of {_TOPK_INDICES}")
+        p.topk_indices = _TOPK_INDICES.index(topk_indices)
     return p
 
 
@@ -275,7 +288,8 @@ class Client:
 
     def add_tensor(self, name: str, params: ArrayLike, *, codec: str = "none", threshold: Threshold = None,
                    auto_bits: float = 1.5, auto_smoothing: float = 0.0, auto_sample_fraction: float = 0.0,
-                   auto_level: str = "mean", ratio: Optional[float] = None, dgc: Optional[DGC] = None) -> int:
+                   auto_level: str = "mean", ratio: Optional[float] = None, topk_values: Optional[str] = None,
+                   topk_indices: Optional[str] = None, dgc: Optional[DGC] = None) -> int:
         """Registers params (float32, C-contiguous, writable; numpy array or torch tensor, CPU or
         CUDA) under name and returns its index. Before init() only. The client keeps a reference
         to params and the library writes each new parameter version into its memory, so it must
@@ -285,7 +299,8 @@ class Client:
         threshold, or "auto" for the automatic 2bit threshold targeting auto_bits bits per element
         (auto_smoothing, auto_sample_fraction: 0 = the library's defaults; auto_level "mean" sends
         the mean |x| of the sampled elements at or above t, "threshold" sends t). ratio: the topk keep
-        ratio. dgc: Deep Gradient Compression options (a codec with a residual). A torch CUDA
+        ratio, topk_values ("fp32", "fp16") and topk_indices ("int32", "varint") how its
+        payload is written (None: the codec's defaults). dgc: Deep Gradient Compression options (a codec with a residual). A torch CUDA
         tensor is registered as a device tensor (the library must be built with CUDA).
         """
         if not isinstance(name, str) or not name:
@@ -297,7 +312,8 @@ class Client:
         auto = isinstance(threshold, str)
         if auto and threshold != "auto":
             raise ValueError(f"threshold: {threshold!r}, expected a float, 'auto' or None")
-        t.params = codec_params(t.codec, None if auto else threshold, ratio)  # type: ignore[arg-type]
+        t.params = codec_params(t.codec, None if auto else threshold, ratio,  # type: ignore[arg-type]
+                                topk_values, topk_indices)
         if auto:
             if auto_level not in _AUTO_LEVELS:
                 raise ValueError(f"auto_level: {auto_level!r}, expected one of {', '.join(_AUTO_LEVELS)}")

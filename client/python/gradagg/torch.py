@@ -34,9 +34,14 @@ from ._comm_hook import CommHookState, comm_hook
 from .client import Client, codec_has_residual, lane_job
 from .options import DGC, SGD, Adam
 
-__all__ = ["DistributedOptimizer", "CommHookState", "comm_hook", "bucket_plan", "MAX_BUCKETS"]
+__all__ = ["DistributedOptimizer", "CommHookState", "comm_hook", "bucket_plan", "MAX_BUCKETS", "TOPK_TRAINING"]
 
 CodecFor = Callable[[str, torch.Tensor], Optional[str]]
+
+#: topk's push settings when no ratio is given (and no dgc): 10% of the elements, fp16 values,
+#: varint gaps (~2.4 bits per element). The codec's own default, ratio 0.001, and 0.01 do not reach
+#: DDP's loss in PowerSGD's number of iterations (docs/benchmarks.md, "Training"); 0.1 does.
+TOPK_TRAINING: Dict[str, Any] = dict(ratio=0.1, topk_values="fp16", topk_indices="varint")
 
 #: Buckets an optimizer may keep: bucket k is lane k of the job (docs/protocol.md, "Lanes").
 MAX_BUCKETS = 16
@@ -113,7 +118,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     momentum correction, REFERENCE.md) and the server runs SGD with momentum 0; dgc=True means
     DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
     codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget; a 2bit
-    tensor without a threshold gets "auto"), ratio: how gradients are pushed; codec_for(name,
+    tensor without a threshold gets "auto"), ratio (topk without a ratio and without dgc:
+    TOPK_TRAINING, 10% with fp16 values and varint indices): how gradients are pushed; codec_for(name,
     param) may return another codec for a parameter (e.g. "none" for small biases), None for the
     default. pull_codec and **client_kwargs go to gradagg.Client (mean, mode, deadline_ms,
     chunk_bytes, auth_token, pull_threshold, ...); pull_codec="2bit" without a pull_threshold
@@ -197,8 +203,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     name, p = named[i]
                     c = codecs[i]
                     thr = threshold if c == codec else None
+                    sparse: Dict[str, Any] = dict(ratio=ratio if c == codec else None)
+                    if c == "topk" and sparse["ratio"] is None and not dgc:
+                        sparse = TOPK_TRAINING
                     client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
-                                      auto_bits=auto_bits, ratio=ratio if c == codec else None, dgc=dgc_opt)
+                                      auto_bits=auto_bits, dgc=dgc_opt, **sparse)
                 with torch.no_grad():
                     client.init()
         except BaseException:

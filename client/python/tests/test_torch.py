@@ -89,6 +89,13 @@ def test_buckets_overlap_backward(server, job, codec: str) -> None:
     assert many[0]["losses"][-1] < many[0]["losses"][0]
 
 
+def test_topk_defaults_train(server, job) -> None:
+    # topk without a ratio: TOPK_TRAINING (10%, fp16 values, varint indices), the momentum on the
+    # worker: identical ranks that learn.
+    out = train(server, job, 2, 40, codec="topk", lr=0.05, momentum=0.5)
+    assert_identical_and_learning(out, 40, 0.3)
+
+
 def test_bucket_plan() -> None:
     from gradagg.torch import MAX_BUCKETS, bucket_plan
     # Backward order, a bucket closing once it holds the cap (DDP's rule).
