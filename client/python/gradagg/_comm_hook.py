@@ -56,8 +56,9 @@ class CommHookState:
         if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
             client_kwargs["pull_threshold"] = "auto"
         self.server, self.job, self.rank, self.world_size = server, job, rank, world_size
-        self._tensor = dict(codec=codec, threshold="auto" if threshold is None and codec == "2bit" else threshold,
-                            auto_bits=auto_bits, ratio=ratio, dgc=dgc)
+        if threshold is None and codec == "2bit":
+            threshold = "auto"
+        self._tensor_options = dict(codec=codec, threshold=threshold, auto_bits=auto_bits, ratio=ratio, dgc=dgc)
         self._client_kwargs = dict(client_kwargs, pull_codec=pull_codec)
         #: (bucket index, elements) -> (its client, the tensor the mean gradient is pulled into)
         self.buckets: Dict[Tuple[int, int], Tuple[Client, torch.Tensor]] = {}
@@ -94,7 +95,7 @@ class CommHookState:
         client = Client(self.server, lane_job(self.job, k), self.rank, self.world_size, optimizer="reduce",
                         **self._client_kwargs)
         try:
-            client.add_tensor(f"bucket{index}", out, **self._tensor)
+            client.add_tensor(f"bucket{index}", out, **self._tensor_options)
             client.init()
         except BaseException:
             client.close()

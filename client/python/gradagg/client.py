@@ -300,8 +300,9 @@ class Client:
         (auto_smoothing, auto_sample_fraction: 0 = the library's defaults; auto_level "mean" sends
         the mean |x| of the sampled elements at or above t, "threshold" sends t). ratio: the topk keep
         ratio, topk_values ("fp32", "fp16") and topk_indices ("int32", "varint") how its
-        payload is written (None: the codec's defaults). dgc: Deep Gradient Compression options (a codec with a residual). A torch CUDA
-        tensor is registered as a device tensor (the library must be built with CUDA).
+        payload is written (None: the codec's defaults). dgc: Deep Gradient Compression options
+        (a codec with a residual). A torch CUDA tensor is registered as a device tensor (the
+        library must be built with CUDA).
         """
         if not isinstance(name, str) or not name:
             raise TypeError("name: expected a non-empty str")

@@ -19,9 +19,10 @@ server's step and its pull overlap the rest of backward, and step() waits for wh
 flight. Gradient accumulation therefore runs the earlier backward passes inside opt.no_sync(),
 as with DDP.
 
-DDP users can keep DDP and their optimizer and change one line instead:
+DDP users can keep DDP and their optimizer instead:
 ddp.register_comm_hook(CommHookState(server, job, rank, world_size, codec=...), comm_hook)
-reduces each DDP bucket through gradagg (gradagg/_comm_hook.py).
+reduces each DDP bucket through gradagg (gradagg/_comm_hook.py; with a codec that keeps a
+residual, give the hook momentum= and the optimizer none).
 """
 from __future__ import annotations
 
@@ -65,8 +66,6 @@ def bucket_plan(sizes: List[int], cap_bytes: int) -> List[List[int]]:
         if len(out) <= MAX_BUCKETS:
             return out
         cap *= 2
-
-
 
 
 def _named(params: Iterable[Any]) -> List[Tuple[str, torch.Tensor]]:

@@ -26,6 +26,15 @@ def make_model(seed: int) -> torch.nn.Module:
         return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
 
 
+def linear_twins(seed: int, n_in: int, n_out: int):
+    """A Linear layer and a copy of it: one for gradagg, one for the torch.optim reference."""
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(n_in, n_out)
+    ref = torch.nn.Linear(n_in, n_out)
+    ref.load_state_dict(model.state_dict())
+    return model, ref
+
+
 def rank_data(r: int):
     g = torch.Generator().manual_seed(1000 + r)
     x = torch.randn(128, 8, generator=g)
@@ -138,10 +147,7 @@ def test_automatic_pull_threshold(server, job) -> None:
 def test_gradient_accumulation(server, job, overlap: bool) -> None:
     # Several backward passes before one step() push their sum once, as torch.optim.SGD applies
     # it. With overlap the last backward starts the push: the earlier ones run in no_sync().
-    torch.manual_seed(4)
-    model = torch.nn.Linear(5, 2)
-    ref = torch.nn.Linear(5, 2)
-    ref.load_state_dict(model.state_dict())
+    model, ref = linear_twins(4, 5, 2)
     torch_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     batches = [torch.randn(3, 5) for _ in range(6)]
     with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
@@ -226,10 +232,7 @@ def test_none_grads_push_zeros(server, job) -> None:
 def test_server_adam_matches_torch(server, job, decoupled: bool) -> None:
     # optimizer=gradagg.Adam runs Adam (AdamW when decoupled) on the server; the same gradients
     # through torch.optim give the same parameters up to float32 rounding (ga_optim.h's order).
-    torch.manual_seed(3)
-    model = torch.nn.Linear(3, 2)
-    ref = torch.nn.Linear(3, 2)
-    ref.load_state_dict(model.state_dict())
+    model, ref = linear_twins(3, 3, 2)
     hp = dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
     torch_opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)(ref.parameters(), **hp)
     adam = gradagg.Adam(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1, decoupled=decoupled)
