@@ -48,7 +48,9 @@ ga_status ga_store_zero(ga_store *s, float *dst, size_t n)
         if (n) memset(dst, 0, n * sizeof *dst);
         return GA_OK;
     }
-    /* Copies from the zero block: add_tensor sized it for the largest tensor (up to the cap). */
+    /* Copies from the zero block: add_tensor sized it for the largest tensor (up to the cap)
+     * before its first clear. Without it the copies would never advance. */
+    if (n && s->zero_elems == 0) return GA_E_INVAL;
     for (size_t done = 0; done < n;) {
         size_t len = n - done < s->zero_elems ? n - done : s->zero_elems;
         GA_CHECK(ga_device_copy(&s->ex, dst + done, s->zeros, len * sizeof *dst));
@@ -283,14 +285,15 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
         if (deltas) t.published = (float *)full->data;
         else t.params = (float *)full->data;
     }
+    /* A failure from here on may leave the device zeros or the record array larger (counted in
+     * ga_store_bytes); no tensor, sum or publication changes. The zeros come first: the
+     * optimizer state below is cleared from them. */
+    GA_CHECK_GOTO(grow_zeros(s, n), rc, fail);
     if (!t.params) GA_CHECK_GOTO(floats_get(s, true, n, &t.params), rc, fail);
     GA_CHECK_GOTO(zeroed_floats_get(s, sgd_buf || adam, n, &t.state0), rc, fail);
     GA_CHECK_GOTO(zeroed_floats_get(s, adam, n, &t.state1), rc, fail);
     if (!t.published) GA_CHECK_GOTO(floats_get(s, deltas, n, &t.published), rc, fail);
-    /* A failure from here on may leave the record array or the device zeros larger (counted in
-     * ga_store_bytes); no tensor, sum or publication changes. */
     GA_CHECK_GOTO(reserve(s), rc, fail);
-    GA_CHECK_GOTO(grow_zeros(s, n), rc, fail);
     rc = tensor_init(s, &t, full);
     ga_status synced = ga_exec_sync(&s->ex);
     if (rc == GA_OK) rc = synced;
