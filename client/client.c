@@ -689,6 +689,15 @@ ga_status ga_client_tensor_threshold(const ga_client *c, int index, float *thres
     return GA_OK;
 }
 
+ga_status ga_client_set_lr(ga_client *c, float lr)
+{
+    if (!c || ga_client_in_flight(c)) return GA_E_INVAL;
+    if (!(isfinite(lr) && lr >= 0.0f)) return ga_client_fail(c, GA_E_OPTIM, "set_lr: lr %g (need a finite lr >= 0)", (double)lr);
+    c->has_lr = true;
+    c->lr = lr;
+    return GA_OK;
+}
+
 void ga_client_set_epoch(ga_client *c, uint32_t epoch)
 {
     if (c && !ga_client_in_flight(c)) c->epoch = epoch;

@@ -142,6 +142,8 @@ struct ga_client {
     bool joined; /* ga_client_create's join succeeded: a lost membership is joined again */
     uint64_t version;      /* the version the params buffers hold (sharded: the least of the shards') */
     uint32_t epoch;
+    bool has_lr;           /* ga_client_set_lr was called: pushes carry lr */
+    float lr;
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */
     size_t scratch_n;

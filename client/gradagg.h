@@ -242,6 +242,11 @@ ga_status ga_client_step_start(ga_client *c, const float *const *grads);
 ga_status ga_client_step_poll(ga_client *c, bool *done);
 ga_status ga_client_step_wait(ga_client *c);
 
+/* The learning rate the following steps' pushes carry: an LR schedule's value for the job's
+ * server-side SGD or Adam, which applies it to each step (every rank gives a step the same lr;
+ * docs/protocol.md, "Learning rate"). Until the first call the job's configured lr applies.
+ * GA_E_OPTIM unless lr is finite and >= 0; GA_E_INVAL for NULL or while a step is in flight. */
+ga_status ga_client_set_lr(ga_client *c, float lr);
 /* DGC warm-up epoch (0-based); call at each epoch start. */
 void ga_client_set_epoch(ga_client *c, uint32_t epoch);
 /* The threshold tensor `index` was last pushed with (2bit, 1bit; with the automatic threshold the

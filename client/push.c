@@ -399,6 +399,8 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     chunk.rank = c->opt.rank;
     chunk.incarnation = c->incarnation;
     chunk.step = a->step;
+    chunk.has_lr = c->has_lr;
+    chunk.lr = c->lr;
     chunk.codec = &codec;
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];

@@ -2,6 +2,7 @@
  * completion-queue thread that received it (bundle.h). */
 #include "bundle.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -89,6 +90,14 @@ static void free_push_chunk(Gradagg__V1__PushChunk *c)
     if (c) protobuf_c_message_free_unpacked(&c->base, &ga_wire_allocator);
 }
 
+/* "lr 0.05" or "no lr" into buf[32]. */
+static const char *lr_text(bool has, float lr, char *buf)
+{
+    if (!has) return "no lr";
+    snprintf(buf, 32, "lr %.9g", (double)lr);
+    return buf;
+}
+
 static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk *c, size_t max_bytes,
                                   ga_push_part *part, char *why, size_t cap)
 {
@@ -97,6 +106,8 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (strlen(c->job) > MAX_JOB_NAME)
         return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
     if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
+    if (c->has_lr && !(isfinite(c->lr) && c->lr >= 0.0f))
+        return ga_status_fail(GA_E_OPTIM, why, cap, "push chunk %zu: lr %g (need a finite lr >= 0)", k, (double)c->lr);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
             return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'", k,
@@ -111,6 +122,9 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
         if (c->step != b->step)
             return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu", k,
                         (unsigned long long)c->step, (unsigned long long)b->step);
+        if ((bool)c->has_lr != b->has_lr || (c->has_lr && memcmp(&c->lr, &b->lr, sizeof c->lr) != 0))
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has %s, the stream began with %s", k,
+                                  lr_text(c->has_lr, c->lr, (char[32]){0}), lr_text(b->has_lr, b->lr, (char[32]){0}));
     }
     if (!c->tensor || !c->tensor[0]) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: tensor name is empty", k);
     /* No tensor has a longer name (init refuses it), and the stream limit counts payloads only:
@@ -164,6 +178,8 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
         fresh->rank = chunk->rank;
         fresh->incarnation = chunk->incarnation;
         fresh->step = chunk->step;
+        fresh->has_lr = chunk->has_lr;
+        fresh->lr = chunk->lr;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {

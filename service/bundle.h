@@ -24,6 +24,8 @@ typedef struct ga_push {
     uint32_t rank;
     uint64_t incarnation;
     uint64_t step;
+    bool has_lr; /* the step's learning rate (PushChunk.has_lr / lr); else the job's */
+    float lr;
     ga_push_part *parts;
     size_t count, cap;
     size_t payload_bytes; /* the chunks' payloads */

@@ -27,6 +27,7 @@ typedef struct apply_task {
     uint32_t contributors;
     uint64_t version; /* published when done */
     uint64_t step_start_ns; /* the sync step's first commit (uv_hrtime); 0 for async */
+    float lr;               /* the step's learning rate */
     ga_published *out;
     size_t ntensors;
     ga_status rc;
@@ -88,7 +89,8 @@ static void apply_work(ga_task *t)
     uint64_t t0 = uv_hrtime();
     /* In place: the job keeps one reference to each latest publication, and no pull takes a
      * new one while this runs (core_pull.c parks them until apply_done). */
-    a->rc = ga_store_apply_in_place(a->job->store, a->contributors, a->out);
+    a->rc = ga_store_set_lr(a->job->store, a->lr);
+    if (a->rc == GA_OK) a->rc = ga_store_apply_in_place(a->job->store, a->contributors, a->out);
     a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
 }
 
@@ -137,7 +139,7 @@ static void queue_accumulate(ga_job *job, ga_push *push)
     ga_taskq_push(&job->tasks, &a->t);
 }
 
-static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version, uint64_t step_start_ns)
+static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version, uint64_t step_start_ns, float lr)
 {
     apply_task *a = ga_calloc(1, sizeof *a);
     ga_published *out = ga_calloc(job->ntensors + 1, sizeof *out);
@@ -152,6 +154,7 @@ static void queue_apply(ga_job *job, uint32_t contributors, uint64_t version, ui
     a->contributors = contributors;
     a->version = version;
     a->step_start_ns = step_start_ns;
+    a->lr = lr;
     a->out = out;
     a->ntensors = job->ntensors;
     job->target = version;
@@ -257,6 +260,21 @@ static ga_status check_memory(ga_core *c, const ga_push *push, char *why)
     return GA_OK;
 }
 
+/* The learning rate a push names for its step: its own, else the job's configured one. A job
+ * whose optimizer has no lr (none, reduce) takes none. */
+static ga_status push_lr(const ga_job *job, const ga_push *push, float *lr, char *why)
+{
+    ga_optim_kind k = job->store_cfg.optim;
+    if (k != GA_OPTIM_SGD && k != GA_OPTIM_ADAM) {
+        if (!push->has_lr) return GA_OK;
+        snprintf(why, GA_WHY_CAP, "push of step %" PRIu64 " names lr %.9g, but job '%s' has optimizer %s, which takes none",
+                 push->step, (double)push->lr, job->name, k == GA_OPTIM_REDUCE ? "reduce" : "none");
+        return GA_E_OPTIM;
+    }
+    *lr = push->has_lr ? push->lr : k == GA_OPTIM_SGD ? job->store_cfg.sgd.lr : job->store_cfg.adam.lr;
+    return GA_OK;
+}
+
 /* ---- commit bookkeeping ---- */
 
 static void record_commit(ga_member *m, uint64_t step)
@@ -336,7 +354,7 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
     }
     ga_core_step_advance(job);
     uv_timer_stop(job->timer);
-    queue_apply(job, contributors, step + 1, job->step_start_ns);
+    queue_apply(job, contributors, step + 1, job->step_start_ns, s->lr);
     /* The next step opens now: its pushes queue behind this step's apply. */
     ga_step_open(s, step + 1);
     ga_core_step_exclude_left(job);
@@ -388,6 +406,16 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
                        push->rank, s->step, job->name, s->step + 1);
         goto free;
     }
+    float lr = 0.0f;
+    GA_CHECK_GOTO(push_lr(job, push, &lr, why), st, refuse);
+    if (s->committed > 0 && memcmp(&lr, &s->lr, sizeof lr) != 0) {
+        snprintf(why, GA_WHY_CAP,
+                 "rank %u names lr %.9g for step %" PRIu64 " of job '%s', but the step's earlier commits named "
+                 "%.9g: every rank must give a step the same lr",
+                 push->rank, (double)lr, push->step, job->name, (double)s->lr);
+        st = GA_E_OPTIM;
+        goto refuse;
+    }
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
     GA_CHECK_GOTO(ga_persist_commit(job, push->step + 1, push, why), st, refuse);
@@ -397,7 +425,10 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     job->any_commit = true;
     record_commit(m, push->step);
     count_received(job, push);
-    if (s->committed == 0) job->step_start_ns = uv_hrtime();
+    if (s->committed == 0) {
+        job->step_start_ns = uv_hrtime();
+        s->lr = lr;
+    }
     uint32_t rank = push->rank;
     ga_step_commit(s, rank, push);
     ack(call, s->step, false, job->version);
@@ -425,6 +456,8 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
         ga_push_free(push);
         return;
     }
+    float lr = 0.0f;
+    GA_CHECK_GOTO(push_lr(job, push, &lr, why), st, refuse);
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
     GA_CHECK_GOTO(ga_persist_commit(job, job->target + 1, push, why), st, refuse);
@@ -436,7 +469,7 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     count_received(job, push);
     uint64_t step = push->step; /* queue_accumulate takes push */
     queue_accumulate(job, push);
-    queue_apply(job, 1, job->target + 1, 0);
+    queue_apply(job, 1, job->target + 1, 0, lr);
     /* Async acks name the version that will include this commit: a pull for it reads it. */
     ack(call, step, false, job->target);
     return;

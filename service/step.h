@@ -26,6 +26,7 @@ typedef struct ga_step {
     uint32_t next;      /* every rank below is handed out or excluded */
     uint32_t handed_to; /* 1 + the highest rank handed out; 0 when none */
     uint32_t committed; /* ranks committed (held or handed) */
+    float lr;           /* the learning rate every commit named (set by the core with the first) */
     bool deadline_fired;
 } ga_step;
 

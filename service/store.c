@@ -1,6 +1,7 @@
 /* The store's life cycle, its tensors and the step's sums (store.h): configuration checks,
  * buffers on the host or the device, version-0 publications, and accumulating pushed payloads.
  * Applying a step and publishing it is store_publish.c. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -195,6 +196,15 @@ void ga_store_destroy(ga_store *s)
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
     ga_cuda_stream_destroy(s->ex.cuda_stream);
     ga_free(s);
+}
+
+ga_status ga_store_set_lr(ga_store *s, float lr)
+{
+    if (!s) return GA_E_INVAL;
+    if (!(isfinite(lr) && lr >= 0.0f)) return GA_E_OPTIM;
+    s->cfg.sgd.lr = lr;
+    s->cfg.adam.lr = lr;
+    return GA_OK;
 }
 
 uint64_t ga_store_bytes(const ga_store *s)
@@ -437,7 +447,9 @@ static ga_status accumulate(ga_store *s, uint32_t t, size_t offset, size_t count
         }
         tensor->sum = sum;
     }
-    ga_status rc = ga_store_decode_add(s, codec, p, payload, len, count, tensor->sum + offset);
+    /* A lent payload's values were checked by the caller (store.h): not read twice. */
+    ga_status rc = lend ? ga_store_add_held(s, codec, p, payload, len, count, tensor->sum + offset)
+                        : ga_store_decode_add(s, codec, p, payload, len, count, tensor->sum + offset);
     if (rc == GA_OK) tensor->summing = true;
     return rc;
 }

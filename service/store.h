@@ -105,6 +105,9 @@ ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
  * can fail once the first value changed, so an error still publishes nothing and leaves every
  * blob as it was; the CUDA backend always works as ga_store_apply. */
 ga_status ga_store_apply_in_place(ga_store *s, uint32_t contributors, ga_published *out);
+/* The learning rate of the applies that follow, for SGD and Adam (a schedule's value for one
+ * step; the config's lr until then). GA_E_OPTIM unless finite and >= 0; nothing changes then. */
+ga_status ga_store_set_lr(ga_store *s, float lr);
 /* Drops the step's sums and held chunks without applying. */
 ga_status ga_store_discard(ga_store *s);
 

@@ -31,6 +31,8 @@ typedef struct push_spec {
     bool no_codec;
     const void *payload;
     size_t len;
+    bool has_lr;
+    float lr;
 } push_spec;
 
 static Gradagg__V1__PushChunk *push_chunk(const push_spec *s)
@@ -45,6 +47,8 @@ static Gradagg__V1__PushChunk *push_chunk(const push_spec *s)
     c.offset = s->offset;
     c.count = s->count;
     c.codec = s->no_codec ? NULL : &codec;
+    c.has_lr = s->has_lr;
+    c.lr = s->lr;
     c.payload.data = (uint8_t *)s->payload;
     c.payload.len = s->len;
     return (Gradagg__V1__PushChunk *)fake_wire_copy(&c.base);
@@ -54,7 +58,7 @@ static float ones[64] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 static push_spec good_push(void)
 {
-    push_spec s = {"job", 1, 7, 3, "w", 0, 16, GRADAGG__V1__CODEC__INIT, false, ones, 64};
+    push_spec s = {"job", 1, 7, 3, "w", 0, 16, GRADAGG__V1__CODEC__INIT, false, ones, 64, true, 0.05f};
     return s;
 }
 
@@ -71,6 +75,10 @@ static void m_job_other(push_spec *s) { s->job = "other"; }
 static void m_rank_other(push_spec *s) { s->rank = 2; }
 static void m_inc_other(push_spec *s) { s->incarnation = 8; }
 static void m_step_other(push_spec *s) { s->step = 5; }
+static void m_lr_other(push_spec *s) { s->lr = 0.025f; }
+static void m_lr_none(push_spec *s) { s->has_lr = false; }
+static void m_lr_nan(push_spec *s) { s->lr = NAN; }
+static void m_lr_negative(push_spec *s) { s->lr = -0.1f; }
 static void m_tensor_empty(push_spec *s) { s->tensor = ""; }
 static void m_count0(push_spec *s) { s->count = 0, s->len = 0; }
 static void m_overflow(push_spec *s) { s->offset = UINT64_MAX - 3; }
@@ -122,6 +130,10 @@ static const push_bad push_bads[] = {
     {"other rank", m_rank_other, GA_E_STREAM_MIXED, "rank 2"},
     {"other incarnation", m_inc_other, GA_E_STREAM_MIXED, "incarnation 8"},
     {"other step", m_step_other, GA_E_STREAM_MIXED, "step 5"},
+    {"other lr", m_lr_other, GA_E_STREAM_MIXED, "has lr 0.025"},
+    {"no lr", m_lr_none, GA_E_STREAM_MIXED, "has no lr, the stream began with lr 0.05"},
+    {"nan lr", m_lr_nan, GA_E_OPTIM, "lr nan"},
+    {"negative lr", m_lr_negative, GA_E_OPTIM, "lr -0.1"},
     {"empty tensor", m_tensor_empty, GA_E_INVAL, "tensor name is empty"},
     {"count 0", m_count0, GA_E_INVAL, "count is 0"},
     {"offset overflow", m_overflow, GA_E_INVAL, "overflows"},
@@ -149,6 +161,8 @@ static void test_push_checks(void **state)
     assert_int_equal(b->rank, 1);
     assert_int_equal(b->incarnation, 7);
     assert_int_equal(b->step, 3);
+    assert_true(b->has_lr);
+    assert_true(b->lr == 0.05f);
     assert_int_equal(b->count, 1);
     assert_int_equal(b->payload_bytes, 64);
     assert_int_equal(b->parts[0].codec, GA_CODEC_NONE);

@@ -658,6 +658,12 @@ static void errors_carry_exact_status(void **state)
     const float *g[2] = {wk.gbig, wk.gsmall};
     assert_int_equal(ga_client_step(wk.c, g), GA_E_STEP_FUTURE);
     assert_true(strncmp(ga_client_error(wk.c), "push step 4: E_STEP_FUTURE: ", 28) == 0);
+    /* An lr that is not finite and >= 0 is refused before anything is sent. */
+    assert_int_equal(ga_client_set_lr(wk.c, NAN), GA_E_OPTIM);
+    assert_non_null(strstr(ga_client_error(wk.c), "set_lr: lr nan"));
+    assert_int_equal(ga_client_set_lr(wk.c, -1.0f), GA_E_OPTIM);
+    assert_int_equal(ga_client_set_lr(NULL, 0.1f), GA_E_INVAL);
+    assert_int_equal(ga_client_set_lr(wk.c, 0.0f), GA_OK);
     worker_close(&wk);
 
     /* Nobody listening: UNAVAILABLE after the retries. */

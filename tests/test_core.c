@@ -243,8 +243,9 @@ typedef struct part {
     size_t len;
 } part;
 
-static ga_call *push(harness *h, const char *job, uint32_t rank, uint64_t inc, uint64_t step, const part *parts,
-                     size_t n)
+/* A push stream; has_lr: its chunks name lr for the step (PushChunk.has_lr / lr). */
+static ga_call *push_lr(harness *h, const char *job, uint32_t rank, uint64_t inc, uint64_t step, const part *parts,
+                        size_t n, bool has_lr, float lr)
 {
     ga_push *b = NULL;
     char why[256];
@@ -256,6 +257,8 @@ static ga_call *push(harness *h, const char *job, uint32_t rank, uint64_t inc, u
         c.rank = rank;
         c.incarnation = inc;
         c.step = step;
+        c.has_lr = has_lr;
+        c.lr = lr;
         c.tensor = (char *)parts[i].tensor;
         c.offset = parts[i].offset;
         c.count = parts[i].count;
@@ -268,6 +271,12 @@ static ga_call *push(harness *h, const char *job, uint32_t rank, uint64_t inc, u
     ga_call *c = fake_call_new();
     ga_core_push(h->core, c, b);
     return c;
+}
+
+static ga_call *push(harness *h, const char *job, uint32_t rank, uint64_t inc, uint64_t step, const part *parts,
+                     size_t n)
+{
+    return push_lr(h, job, rank, inc, step, parts, n, false, 0.0f);
 }
 
 /* The acknowledgement of a finished push. */
@@ -380,11 +389,17 @@ static size_t parts_of(const workload *wl, int s, int r, part out[3])
     return nplans[r];
 }
 
-static ga_call *push_step(harness *h, const char *job, const workload *wl, int s, int r, uint64_t step)
+static ga_call *push_step_lr(harness *h, const char *job, const workload *wl, int s, int r, uint64_t step,
+                             bool has_lr, float lr)
 {
     part parts[3];
     size_t n = parts_of(wl, s, r, parts);
-    return push(h, job, (uint32_t)r, 100 + (uint64_t)r, step, parts, n);
+    return push_lr(h, job, (uint32_t)r, 100 + (uint64_t)r, step, parts, n, has_lr, lr);
+}
+
+static ga_call *push_step(harness *h, const char *job, const workload *wl, int s, int r, uint64_t step)
+{
+    return push_step_lr(h, job, wl, s, r, step, false, 0.0f);
 }
 
 /* ---- the reference: the kernels called directly ---- */
@@ -891,6 +906,67 @@ static void test_async(void **state)
     status_free(st);
     worker_free(&w);
     model_free(&m);
+    h_close(&h);
+    workload_free(&wl);
+}
+
+/* ---- the learning rate of a step ---- */
+
+/* Refused with `want`, and the message says `says`. */
+static void refused(ga_call *c, ga_status want, const char *says)
+{
+    expect(c, want);
+    if (!strstr(c->message, says)) fail_msg("message '%s' does not say '%s'", c->message, says);
+    fake_call_free(c);
+}
+
+/* Each step's pushes name its lr (an LR schedule) and the server's SGD applies it: every version
+ * equals the model run with the same lrs, bit for bit. A push without one means the job's lr; a
+ * rank naming another lr than the step's first commit is refused and changes nothing; a job
+ * whose optimizer takes no lr refuses one. */
+static void test_step_lr(void **state)
+{
+    (void)state;
+    workload wl;
+    workload_make(&wl);
+    harness h;
+    config k;
+    float wv[2500];
+    model m;
+    open_job(&h, &k, wv, &m);
+    for (int s = 0; s < STEPS; s++) {
+        float lr = s % 2 ? 0.05f / (float)(s + 1) : k.o.lr; /* even steps: rank 0 names none */
+        for (int j = 0; j < WORLD; j++) {
+            int r = perms[s % 6][j];
+            bool named = s % 2 == 1 || r != 0;
+            if (j == 1) {
+                float other = lr * 0.5f;
+                refused(push_step_lr(&h, "j", &wl, s, r, (uint64_t)s, true, other), GA_E_OPTIM,
+                        "every rank must give a step the same lr");
+            }
+            expect_ack(push_step_lr(&h, "j", &wl, s, r, (uint64_t)s, named, lr), (uint64_t)s, false, (uint64_t)s);
+        }
+        settle(&h);
+        bool all[WORLD] = {true, true, true};
+        m.sgd.lr = lr;
+        model_step(&m, &wl, s, all);
+        expect_published(&h, "j", 1, (uint64_t)s + 1, &m);
+    }
+    Gradagg__V1__StatusResponse *st = status(&h, "j");
+    assert_int_equal(st->version, STEPS);
+    assert_memory_equal(&st->config->optimizer->lr, &k.o.lr, 4); /* the job's own lr stays */
+    status_free(st);
+    model_free(&m);
+
+    /* An optimizer without an lr (none; reduce likewise) takes none. */
+    config none;
+    config_init(&none, 1);
+    none.o.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_NONE;
+    none.o.lr = none.o.momentum = none.o.weight_decay = 0.0f;
+    float nv[2500];
+    setup_job(&h, "n", &none, nv);
+    refused(push_step_lr(&h, "n", &wl, 0, 0, 0, true, 0.1f), GA_E_OPTIM, "which takes none");
+    expect_ack(push_step(&h, "n", &wl, 0, 0, 0), 0, false, 0);
     h_close(&h);
     workload_free(&wl);
 }
@@ -1703,7 +1779,8 @@ int main(void)
         cmocka_unit_test(test_options_checked), cmocka_unit_test(test_order_matters),
         cmocka_unit_test(test_sync_orders),     cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_deadline),        cmocka_unit_test(test_default_deadline),
-        cmocka_unit_test(test_async),           cmocka_unit_test(test_waiting_pull),
+        cmocka_unit_test(test_async),           cmocka_unit_test(test_step_lr),
+        cmocka_unit_test(test_waiting_pull),
         cmocka_unit_test(test_pull_during_apply),
         cmocka_unit_test(test_compressed_pull), cmocka_unit_test(test_drain),
         cmocka_unit_test(test_membership),      cmocka_unit_test(test_limits),

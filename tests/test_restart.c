@@ -1,6 +1,7 @@
 /* Nothing acknowledged is lost across a killed server: 4 SDK workers (threads) with mixed codecs
  * train through the real gradagg-server binary on 127.0.0.1 with Adam and compressed pulls,
- * checkpointing every 5 versions; the server is SIGKILLed twice mid-training and restarted on
+ * checkpointing every 5 versions and an lr that changes every step (ga_client_set_lr: the journal
+ * replays each step's lr); the server is SIGKILLed twice mid-training and restarted on
  * the same port and data dir, and the workers go on by themselves (retries, rejoin). The final
  * parameters must equal, bit for bit, those of the same run without kills. The server is started
  * with posix_spawn: this process runs gRPC threads, and a fork would run gRPC's fork handlers. */
@@ -137,7 +138,9 @@ static void *worker_main(void *arg)
         /* The last rank is slow, so a kill soon after a step lands with the step's other
          * pushes acknowledged and this one still to come. */
         if (wk->rank == W - 1) sleep_ms(20);
-        if ((wk->st = ga_client_step(c, grads)) != GA_OK) goto out;
+        if ((wk->st = ga_client_set_lr(c, 0.01f / (float)(1 + step % 4))) != GA_OK ||
+            (wk->st = ga_client_step(c, grads)) != GA_OK)
+            goto out;
         atomic_store(&steps_done[wk->rank], step + 1);
     }
 out:

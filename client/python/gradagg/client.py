@@ -439,6 +439,15 @@ class Client:
                 raise RuntimeError(f"tensor {info.name!r} moved in memory since add_tensor (was .data "
                                    "reassigned?); the library writes the parameters into the old storage")
 
+    def set_lr(self, lr: float) -> None:
+        """The learning rate the following steps carry to the job's server-side SGD or Adam (an
+        LR schedule's value; every rank gives a step the same lr). Until the first call the
+        job's configured lr applies. InvalidArgumentError unless finite and >= 0."""
+        with self._lock:
+            st = _lib.ga_client_set_lr(self._h(), float(lr))
+            if st != 0:
+                raise self._fail(st)
+
     def set_epoch(self, epoch: int) -> None:
         """The training epoch (0-based) for the DGC warm-up; call at each epoch start."""
         e = _uint("epoch", epoch)

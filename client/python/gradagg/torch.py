@@ -8,9 +8,11 @@
 Each parameter is registered with the client as its own storage: param.data must be float32 and
 contiguous (on the CPU, or on a CUDA device with a CUDA build), and must not be reassigned
 afterwards, because the library writes every new parameter version into that memory in place.
-The optimizer (SGD, or Adam/AdamW with optimizer=gradagg.Adam(...)) runs on the server with
-hyper-parameters fixed for the job: changing param_groups' lr (an LR scheduler) is refused
-rather than silently ignored.
+The optimizer (SGD, or Adam/AdamW with optimizer=gradagg.Adam(...)) runs on the server. Its lr
+may change from step to step (any torch.optim.lr_scheduler over this optimizer): each step's
+pushes carry param_groups' lr, the same in every group, read when the step's first bucket is
+sent. The other hyper-parameters are fixed for the job; changing one is refused rather than
+silently ignored.
 
 Overlap with backward: the parameters are grouped into buckets in backward order (the reverse
 of their order here, DDP's bucket_cap_mb rule), one gradagg.Client each; a bucket's step starts
@@ -179,7 +181,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         nesterov=nesterov)
         super().__init__([p for _, p in named], defaults)
         self._names = [n for n, _ in named]
-        self._lr = lr
+        self._hyper = {k: defaults[k] for k in ("momentum", "weight_decay", "nesterov")}
+        self._step_lr: Optional[float] = None  # the lr the current step's buckets carry
         self._zeros: Dict[int, torch.Tensor] = {}
         if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
             client_kwargs["pull_threshold"] = "auto"
@@ -215,6 +218,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_of = {i: k for k, bucket in enumerate(self.buckets) for i in bucket}
         self._ready: List[Set[int]] = [set() for _ in self.buckets]
         self._started = [False] * len(self.buckets)
+        self._client_lr = [float(lr)] * len(self.buckets)  # what each client's pushes carry
         self._sync = True
         self._hooks: List[Tuple[Any, Any]] = []  # (AccumulateGrad node, its hook's handle)
         if overlap:
@@ -281,8 +285,30 @@ class DistributedOptimizer(torch.optim.Optimizer):
             g = g + self._worker_weight_decay * p.detach()
         return g.contiguous()
 
+    def _lr_now(self) -> float:
+        """The lr of param_groups (an LR scheduler's), the same in every group; the other
+        hyper-parameters as given."""
+        lrs = {g["lr"] for g in self.param_groups}
+        if len(lrs) != 1:
+            raise ValueError(f"param groups with lrs {sorted(lrs)}: a gradagg job has one learning rate")
+        for g in self.param_groups:
+            for key, was in self._hyper.items():
+                if g[key] != was:
+                    raise RuntimeError(f"{key} changed to {g[key]} (was {was}): only the lr may change during "
+                                       "training (OneCycleLR: give cycle_momentum=False)")
+        return float(lrs.pop())
+
     @torch.no_grad()
     def _start(self, k: int) -> None:
+        lr = self._lr_now()
+        if self._step_lr is None:
+            self._step_lr = lr
+        elif lr != self._step_lr:
+            raise RuntimeError(f"lr changed to {lr} (was {self._step_lr}) after this step's first bucket was sent: "
+                               "change it after opt.step() (scheduler.step()), not between backward and step()")
+        if self._client_lr[k] != lr:
+            self.clients[k].set_lr(lr)
+            self._client_lr[k] = lr
         params = self._params()
         self.clients[k].step_start([self._grad(i, params[i]) for i in self.buckets[k]])
         self._started[k] = True
@@ -298,14 +324,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            if group["lr"] != self._lr:
-                raise RuntimeError(f"lr changed to {group['lr']} (was {self._lr}): the learning rate belongs "
-                                   "to the job's server-side SGD and cannot change during training")
-        for k in range(len(self.buckets)):
-            if not self._started[k]:
-                self._start(k)
         failure: Optional[BaseException] = None
+        try:
+            for k in range(len(self.buckets)):
+                if not self._started[k]:
+                    self._start(k)
+        except BaseException as e:  # the buckets already in flight are waited for first
+            failure = e
         for client in self.clients:
             try:
                 client.step_wait()
@@ -313,6 +338,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 failure = failure or e
         self._ready = [set() for _ in self.buckets]
         self._started = [False] * len(self.buckets)
+        self._step_lr = None
         if failure is not None:
             raise failure
         return loss

@@ -222,9 +222,16 @@ def test_none_grads_push_zeros(server, job) -> None:
         lr = torch.tensor(0.1)
         assert torch.equal(model.weight.detach(), (before - lr * 2.0) - lr * 2.0)
         assert opt.client.version == 2
-        # The learning rate lives on the server: a scheduler's change is refused, not ignored.
+        # A new lr (what a scheduler writes) reaches the server's SGD with the next step.
+        w = model.weight.detach().clone()
         opt.param_groups[0]["lr"] = 0.01
-        with pytest.raises(RuntimeError, match="lr changed"):
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        assert torch.equal(model.weight.detach(), w - torch.tensor(0.01) * 2.0)
+        # The other hyper-parameters are the job's: a change is refused, not ignored.
+        opt.param_groups[0]["momentum"] = 0.5
+        with pytest.raises(RuntimeError, match="momentum changed"):
             opt.step()
 
 
@@ -249,8 +256,61 @@ def test_server_adam_matches_torch(server, job, decoupled: bool) -> None:
         for p, q in zip(model.parameters(), ref.parameters()):
             assert torch.allclose(p, q, rtol=1e-5, atol=1e-7), (p, q)
         assert opt.param_groups[0]["lr"] == 0.01
-        opt.param_groups[0]["lr"] = 0.001
-        with pytest.raises(RuntimeError, match="lr changed"):
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_lr_scheduler_matches_torch(server, job, kind: str) -> None:
+    # An LR scheduler over DistributedOptimizer (4 buckets, each a client of its own) steps the
+    # server's optimizer with each step's lr: the same parameters as torch.optim under the same
+    # scheduler, up to float32 rounding; a run that kept the first lr would be far off.
+    model, ref = linear_twins(4, 3, 2)
+    fixed_model = torch.nn.Linear(3, 2)
+    fixed_model.load_state_dict(model.state_dict())
+    x = torch.randn(5, 3)
+    if kind == "sgd":
+        torch_opt: torch.optim.Optimizer = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        kw: Dict[str, Any] = dict(lr=0.1, momentum=0.9)
+    else:
+        torch_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
+        kw = dict(optimizer=gradagg.Adam(lr=0.05))
+    with DistributedOptimizer([("w", model.weight), ("b", model.bias)], server=server.addr, job=job, rank=0,
+                              world_size=1, bucket_cap_mb=1e-6, **kw, **FAST) as opt:
+        assert len(opt.clients) == 2
+        schedules = [torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3) for o in (opt, torch_opt)]
+        for _ in range(6):
+            for m, o in ((model, opt), (ref, torch_opt)):
+                o.zero_grad()
+                (m(x) ** 2).sum().backward()
+                o.step()
+            for sched in schedules:
+                sched.step()
+        assert opt.param_groups[0]["lr"] == pytest.approx(kw.get("lr", 0.05) * 0.3 ** 3)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-7), (p, q)
+    # The same six steps at the first lr end elsewhere: the schedule did change the steps.
+    with DistributedOptimizer(fixed_model.named_parameters(), server=server.addr, job=job + "-f", rank=0,
+                              world_size=1, overlap=False, **kw, **FAST) as fixed:
+        for _ in range(6):
+            fixed.zero_grad()
+            (fixed_model(x) ** 2).sum().backward()
+            fixed.step()
+    assert not torch.allclose(fixed_model.weight, model.weight, rtol=1e-3, atol=1e-5)
+
+
+def test_lr_must_not_change_within_a_step(server, job) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                              bucket_cap_mb=1e-6, **FAST) as opt:
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()  # every bucket sent with lr 0.1
+        opt.param_groups[0]["lr"] = 0.05
+        opt.step()  # nothing left to send: the buckets in flight finish with 0.1
+        assert opt.clients[0].version == 1
+        opt.zero_grad()
+        with opt.no_sync():
+            model(torch.ones(2, 3)).sum().backward()
+        opt.param_groups.append(dict(opt.param_groups[0], params=[], lr=0.2))
+        with pytest.raises(ValueError, match="one learning rate"):
             opt.step()
 
 
