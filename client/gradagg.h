@@ -247,6 +247,21 @@ ga_status ga_client_step_wait(ga_client *c);
  * docs/protocol.md, "Learning rate"). Until the first call the job's configured lr applies.
  * GA_E_OPTIM unless lr is finite and >= 0; GA_E_INVAL for NULL or while a step is in flight. */
 ga_status ga_client_set_lr(ga_client *c, float lr);
+/* The worker's own training state, for a training checkpoint: each tensor's error-feedback
+ * residual, DGC momentum, late gradients still to send and threshold adaptation, and the epoch
+ * (the parameters and the optimizer state are the server's, and a restarted worker pulls them
+ * at init). A worker that saves after a step, and whose successor (same tensors, codecs and
+ * DGC settings, registered in the same order) loads the bytes after ga_client_init, sends the
+ * same pushes as if it had gone on.
+ *  - ga_client_state_size: the bytes ga_client_state_save writes now.
+ *  - ga_client_state_save: into buf[cap]; *len = the size. GA_E_CAPACITY (nothing written) when
+ *    cap is too small; GA_E_INVAL for NULL or while a step is in flight.
+ *  - ga_client_state_load: GA_E_INVAL (ga_client_error says why, nothing changes) before init,
+ *    while a step is in flight, or for bytes that are not such a state or do not fit the
+ *    client's tensors. The byte layout: client/state.c. */
+size_t ga_client_state_size(const ga_client *c);
+ga_status ga_client_state_save(ga_client *c, void *buf, size_t cap, size_t *len);
+ga_status ga_client_state_load(ga_client *c, const void *buf, size_t len);
 /* DGC warm-up epoch (0-based); call at each epoch start. */
 void ga_client_set_epoch(ga_client *c, uint32_t epoch);
 /* The threshold tensor `index` was last pushed with (2bit, 1bit; with the automatic threshold the

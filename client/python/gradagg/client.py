@@ -448,6 +448,27 @@ class Client:
             if st != 0:
                 raise self._fail(st)
 
+    def state(self) -> bytes:
+        """The worker's own training state (residuals, DGC momentum, late gradients, threshold
+        adaptation, epoch) for a training checkpoint; load_state() gives it to a successor."""
+        with self._lock:
+            size = _lib.ga_client_state_size(self._h())
+            buf = ctypes.create_string_buffer(max(size, 1))
+            n = ctypes.c_size_t(0)
+            st = _lib.ga_client_state_save(self._h(), buf, size, ctypes.byref(n))
+            if st != 0:
+                raise self._fail(st)
+            return buf.raw[:n.value]
+
+    def load_state(self, state: bytes) -> None:
+        """Takes over a state() of a worker with the same tensors, codecs and DGC settings, after
+        init(): its next pushes are those the saved worker would have sent.
+        InvalidArgumentError (nothing changes) when the bytes do not fit."""
+        with self._lock:
+            st = _lib.ga_client_state_load(self._h(), bytes(state), len(state))
+            if st != 0:
+                raise self._fail(st)
+
     def set_epoch(self, epoch: int) -> None:
         """The training epoch (0-based) for the DGC warm-up; call at each epoch start."""
         e = _uint("epoch", epoch)

@@ -5,9 +5,12 @@
     for x, y in data:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
 
-Each parameter is registered with the client as its own storage: param.data must be float32 and
+Each float32 parameter is registered with the client as its own storage: param.data must be
 contiguous (on the CPU, or on a CUDA device with a CUDA build), and must not be reassigned
 afterwards, because the library writes every new parameter version into that memory in place.
+A float16 or bfloat16 parameter trains through an fp32 master copy (opt.masters), which step()
+rounds into it; its gradients are pushed as fp32. Under torch.autocast the parameters stay
+float32, and so do their gradients.
 The optimizer (SGD, or Adam/AdamW with optimizer=gradagg.Adam(...)) runs on the server. Its lr
 may change from step to step (any torch.optim.lr_scheduler over this optimizer): each step's
 pushes carry param_groups' lr, the same in every group, read when the step's first bucket is
@@ -133,7 +136,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     multiplied by the momentum's 1 / (1 - momentum) overshoots; on the worker it acts on the
     gradients themselves, so the same update is what gets compressed. optimizer=gradagg.SGD(lr,
     momentum=m) keeps the momentum on the server.
-    A parameter whose .grad is None pushes zeros.
+    A parameter whose .grad is None pushes zeros. float16 / bfloat16 parameters: see the module
+    docstring (fp32 masters).
     overlap (default True): each bucket of about bucket_cap_mb MB (default 5: smaller than DDP's
     25, since a gradagg bucket costs one push and one pull, not a ring; backward order, DDP's rule; at
     most MAX_BUCKETS, the cap grows to fit) is its own gradagg.Client on lane k of the job
@@ -153,10 +157,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
                  overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
         named = _named(params)
-        for name, p in named:
-            if p.dtype != torch.float32:
-                raise TypeError(f"parameter {name!r}: dtype {p.dtype}; gradagg trains float32 parameters")
-            if not p.is_contiguous():
+        #: fp32 master values of the float16 / bfloat16 parameters, by parameter index: the
+        #: library trains these, and each step rounds them into the model's parameters.
+        self.masters: Dict[int, torch.Tensor] = {}
+        for i, (name, p) in enumerate(named):
+            if p.dtype in (torch.float16, torch.bfloat16):
+                self.masters[i] = p.detach().to(torch.float32, memory_format=torch.contiguous_format).clone()
+            elif p.dtype != torch.float32:
+                raise TypeError(f"parameter {name!r}: dtype {p.dtype}; gradagg trains float32, float16 and "
+                                "bfloat16 parameters")
+            elif not p.is_contiguous():
                 raise ValueError(f"parameter {name!r}: not contiguous; the library writes into its storage")
         if dgc is True:
             dgc_opt: Optional[DGC] = DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4)
@@ -182,6 +192,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         super().__init__([p for _, p in named], defaults)
         self._names = [n for n, _ in named]
         self._hyper = {k: defaults[k] for k in ("momentum", "weight_decay", "nesterov")}
+        self._job = job
         self._step_lr: Optional[float] = None  # the lr the current step's buckets carry
         self._zeros: Dict[int, torch.Tensor] = {}
         if pull_codec == "2bit" and client_kwargs.get("pull_threshold") is None:
@@ -203,6 +214,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self.clients.append(client)
                 for i in bucket:
                     name, p = named[i]
+                    p = self.masters.get(i, p)
                     c = codecs[i]
                     thr = threshold if c == codec else None
                     sparse: Dict[str, Any] = dict(ratio=ratio if c == codec else None)
@@ -212,6 +224,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                       auto_bits=auto_bits, dgc=dgc_opt, **sparse)
                 with torch.no_grad():
                     client.init()
+            self._round_masters()
         except BaseException:
             self.close()
             raise
@@ -285,6 +298,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             g = g + self._worker_weight_decay * p.detach()
         return g.contiguous()
 
+    @torch.no_grad()
+    def _round_masters(self) -> None:
+        """The model's float16 / bfloat16 parameters from their fp32 masters."""
+        params = self._params()
+        for i, master in self.masters.items():
+            params[i].copy_(master)
+
     def _lr_now(self) -> float:
         """The lr of param_groups (an LR scheduler's), the same in every group; the other
         hyper-parameters as given."""
@@ -339,9 +359,41 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._ready = [set() for _ in self.buckets]
         self._started = [False] * len(self.buckets)
         self._step_lr = None
+        self._round_masters()
         if failure is not None:
             raise failure
         return loss
+
+    def state_dict(self) -> Dict[str, Any]:
+        """torch.optim's state_dict (param_groups, so the lr a scheduler set) and, under
+        "gradagg", the job and each bucket client's own training state (Client.state: residuals,
+        DGC momentum, late gradients, epoch). The parameters and the optimizer's state live on
+        the server, which keeps them. Take it after step()."""
+        saved = super().state_dict()
+        saved["gradagg"] = dict(job=self._job, buckets=[list(b) for b in self.buckets],
+                                version=min(c.version for c in self.clients),
+                                workers=[c.state() for c in self.clients])
+        return saved
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Takes over a state_dict() of this rank's optimizer of the same job and model (a
+        resumed training script, after this optimizer joined and pulled the job's parameters):
+        param_groups' lr and every bucket client's state. ValueError when it does not fit."""
+        own = state_dict.get("gradagg")
+        if not isinstance(own, dict):
+            raise ValueError("not a gradagg DistributedOptimizer state_dict (no 'gradagg' entry)")
+        if own["job"] != self._job:
+            raise ValueError(f"state_dict of job {own['job']!r}, this optimizer trains {self._job!r}")
+        if own["buckets"] != [list(b) for b in self.buckets]:
+            raise ValueError(f"state_dict with buckets {own['buckets']}, this optimizer has {self.buckets} "
+                             "(give the same model and bucket_cap_mb)")
+        for g in state_dict["param_groups"]:
+            for key, was in self._hyper.items():
+                if g[key] != was:
+                    raise ValueError(f"state_dict with {key} {g[key]}, the job's is {was}")
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "gradagg"})
+        for client, state in zip(self.clients, own["workers"]):
+            client.load_state(state)
 
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch `epoch` (0-based) for the DGC warm-up."""

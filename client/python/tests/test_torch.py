@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 import torch
@@ -314,6 +314,130 @@ def test_lr_must_not_change_within_a_step(server, job) -> None:
             opt.step()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_parameters_train_fp32_masters(server, job, dtype: torch.dtype) -> None:
+    # A bfloat16 / float16 model: the server's SGD steps fp32 masters with the fp32 gradients,
+    # and each step rounds them into the model. Steps far below the half-precision spacing add
+    # up in the masters (a half-precision SGD would lose them); larger ones reach the model.
+    torch.manual_seed(6)
+    w = torch.nn.Parameter(torch.randn(3, 4).to(dtype))
+    b = torch.nn.Parameter(torch.randn(3).to(dtype))
+    x = torch.randn(6, 4).to(dtype)
+    start = [w.detach().float(), b.detach().float()]
+    master = [t.clone() for t in start]
+    with DistributedOptimizer([("w", w), ("b", b)], server=server.addr, job=job, rank=0, world_size=1, lr=1e-6,
+                              bucket_cap_mb=1e-6, **FAST) as opt:
+        assert sorted(opt.masters) == [0, 1] and len(opt.clients) == 2
+        for step in range(8):
+            lr = 1e-6 if step < 5 else 1e-2
+            opt.param_groups[0]["lr"] = lr
+            opt.zero_grad()
+            # Elementwise (the CPU has no float16 matmul): y = x w^T + b.
+            ((x[:, None, :] * w).sum(-1) + b).float().pow(2).sum().backward()
+            grads = [w.grad.float(), b.grad.float()]
+            opt.step()
+            master = [m - torch.tensor(lr) * g for m, g in zip(master, grads)]
+            for p, m, mo in zip((w, b), master, opt.masters.values()):
+                assert p.dtype == dtype
+                assert torch.equal(mo, m)
+                assert torch.equal(p.detach(), m.to(dtype))
+            if step == 4:  # the masters moved, the model did not
+                assert all(not torch.equal(m, s) for m, s in zip(master, start))
+                assert all(torch.equal(p.detach().float(), s) for p, s in zip((w, b), start))
+    assert all(not torch.equal(p.detach().float(), s) for p, s in zip((w, b), start))
+
+
+def test_autocast_trains(server, job) -> None:
+    # Mixed precision with torch.autocast: bfloat16 matmuls, float32 parameters and gradients;
+    # the ranks stay identical and learn.
+    def worker(r: int) -> Dict[str, Any]:
+        model = make_model(r)
+        x, y = rank_data(r)
+        losses = []
+        with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=2,
+                                  lr=0.05, momentum=0.5, **FAST) as opt:
+            for _ in range(20):
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = model(x)
+                assert out.dtype == torch.bfloat16
+                loss = F.mse_loss(out.float(), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return dict(params=[p.detach().clone() for p in model.parameters()], losses=losses)
+
+    out = run_ranks(worker, 2, timeout=120)
+    for a, b in zip(out[0]["params"], out[1]["params"]):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
+    assert out[0]["losses"][-1] < 0.5 * out[0]["losses"][0]
+
+
+def _resumable_run(server, job: str, steps: int, stop_at: Optional[int], resume: bool) -> List[List[torch.Tensor]]:
+    """2 ranks, 2bit with worker momentum and the automatic threshold, 4 buckets and a StepLR:
+    trains `steps` steps; with stop_at, every rank saves its state_dicts there, closes its
+    optimizer and goes on with a new model and optimizer, loading them when `resume`."""
+    kw: Dict[str, Any] = dict(lr=0.05, momentum=0.9, codec="2bit", pull_codec="2bit", bucket_cap_mb=1e-6, **FAST)
+
+    def worker(r: int) -> List[torch.Tensor]:
+        x, y = rank_data(r)
+        saved: Dict[str, Any] = {}
+        done = 0
+        while done < steps:
+            model = make_model(r + 10 * done)  # a new process would start from other values
+            with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=2,
+                                      **kw) as opt:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+                if saved and resume:
+                    opt.load_state_dict(saved["opt"])
+                    sched.load_state_dict(saved["sched"])
+                end = stop_at if stop_at is not None and done < stop_at else steps
+                for _ in range(done, end):
+                    opt.zero_grad()
+                    F.mse_loss(model(x), y).backward()
+                    opt.step()
+                    sched.step()
+                done = end
+                saved = dict(opt=opt.state_dict(), sched=sched.state_dict())
+        return [p.detach().clone() for p in model.parameters()]
+
+    return run_ranks(worker, 2, timeout=120)
+
+
+def test_state_dict_resumes_exactly(server, job) -> None:
+    # A training script stopped after step 5 and resumed from its state_dicts (the worker's
+    # residuals, momentum and threshold state, the scheduler's lr) ends bit for bit where the
+    # uninterrupted run ends; resumed without them it does not.
+    straight = _resumable_run(server, job + "-s", 10, None, True)
+    resumed = _resumable_run(server, job + "-r", 10, 5, True)
+    fresh = _resumable_run(server, job + "-f", 10, 5, False)
+    for r in range(2):
+        for a, b in zip(straight[r], resumed[r]):
+            assert torch.equal(a, b), f"rank {r}"
+    assert not all(torch.equal(a, b) for a, b in zip(straight[0], fresh[0]))
+
+
+def test_state_dict_must_fit(server, job) -> None:
+    model = torch.nn.Linear(3, 2)
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                              codec="2bit", **FAST) as opt:
+        sd = opt.state_dict()
+        assert sd["gradagg"]["job"] == job and len(sd["gradagg"]["workers"]) == 1
+    other = torch.nn.Linear(3, 2)
+    with DistributedOptimizer(other.named_parameters(), server=server.addr, job=job + "-o", rank=0, world_size=1,
+                              lr=0.1, codec="2bit", **FAST) as opt:
+        with pytest.raises(ValueError, match="state_dict of job"):
+            opt.load_state_dict(sd)
+        with pytest.raises(ValueError, match="no 'gradagg' entry"):
+            opt.load_state_dict(torch.optim.SGD(other.parameters(), lr=0.1).state_dict())
+        with pytest.raises(errors.InvalidArgumentError, match="not a gradagg worker state"):
+            opt.client.load_state(b"\0" * 16)
+        with pytest.raises(errors.InvalidArgumentError, match="is 'wei9ht' in the state, 'weight' here"):
+            state = opt.client.state()
+            opt.client.load_state(state.replace(b"weight", b"wei9ht"))
+        opt.client.load_state(opt.client.state())
+
+
 def test_server_optimizer_arguments_are_checked(server, job) -> None:
     model = torch.nn.Linear(2, 1)
     kw = dict(server=server.addr, job=job, rank=0, world_size=1, **FAST)
@@ -343,7 +467,7 @@ def test_plain_params_and_closure(server, job) -> None:
             return loss
 
         assert isinstance(opt.step(closure), torch.Tensor)
-    with pytest.raises(TypeError, match="float32"):
+    with pytest.raises(TypeError, match="float32, float16 and bfloat16"):
         DistributedOptimizer([torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))], server=server.addr,
                              job=job + "x", rank=0, world_size=1, lr=0.1, **FAST)
 
