@@ -106,6 +106,7 @@ static const abi_row rows[] = {
     FIELD(ga_client_stats, retries),
     FIELD(ga_client_stats, late_pushes),
     FIELD(ga_client_stats, rejoins),
+    FIELD(ga_client_stats, versions_lost),
 };
 
 size_t ga_client_abi_layout(const char *type, const char *field)

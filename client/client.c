@@ -112,6 +112,16 @@ ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void
     }
 }
 
+ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap)
+{
+    Gradagg__V1__JoinResponse *resp = NULL;
+    ga_status st = join_attempt(c, sh, &resp, why, cap);
+    if (st != GA_OK) return st;
+    *open_step = resp->open_step;
+    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
+    return GA_OK;
+}
+
 static ga_status clear_error(ga_client *c)
 {
     c->err[0] = '\0';

@@ -105,7 +105,7 @@ struct ga_shard {
                               can have been counted: an earlier call's push of this step was */
     ga_status st;
     char err[512];
-    uint64_t retries, rejoins, bytes_pulled;
+    uint64_t retries, rejoins, versions_lost, bytes_pulled;
     double apply_s;
     pthread_t thread;      /* shards 1..n-1 when n > 1; shard 0's tasks run on the caller */
     bool has_thread;
@@ -171,6 +171,15 @@ typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *
  * sh->retries); a lost membership of a joined client is joined again first (sh->rejoins).
  * Returns the last attempt's status; why holds its reason. */
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
+/* The shard's open step for this job, from a Join as the same incarnation (one attempt). */
+ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap);
+/* Sends the push of sh->step again (push.c): after the connection broke while its pull waited,
+ * the server may have come back without it (--durability checkpoint); counted once if it kept
+ * it. Moves the shard back as ga_shard_push does. */
+ga_status ga_shard_repush(ga_client *c, ga_shard *sh, char *why, size_t cap);
+/* The pull of a sync step's result after the shard's own push (pull.c): as ga_shard_pull, and
+ * after a broken connection it sends the push again first (ga_shard_repush). */
+ga_status ga_shard_pull_after_push(ga_client *c, ga_shard *sh);
 
 /* Shards (shard.c). */
 /* Splits opt.server into c->shards, `lanes` per address (owned addresses and lane job names;

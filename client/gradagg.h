@@ -177,6 +177,8 @@ typedef struct ga_client_stats {
     uint64_t bytes_pushed, bytes_pulled;       /* last step, payload bytes */
     uint64_t steps, retries, late_pushes;      /* totals */
     uint64_t rejoins; /* joins again after the server came back without this membership */
+    uint64_t versions_lost; /* versions a server lost (--durability checkpoint, killed) that
+                               this worker moved back over, all shards together */
 } ga_client_stats;
 
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for

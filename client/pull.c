@@ -34,6 +34,8 @@ typedef struct pull_state {
     size_t cursor;   /* the tensor the next chunk most likely names */
     uint64_t bytes;
     double apply_s;
+    bool repush; /* the pull of the shard's own sync push (ga_shard_pull_after_push) */
+    bool lost;   /* the last attempt lost the connection or the membership */
 } pull_state;
 
 /* The tensor whose piece on the shard carries name, and that piece. */
@@ -145,9 +147,9 @@ static ga_status take_chunk(ga_client *c, pull_state *ps, Gradagg__V1__PullChunk
     return GA_OK;
 }
 
-static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
+/* One Pull call into the shard's pieces. */
+static ga_status pull_once(ga_client *c, ga_shard *sh, pull_state *ps, char *why, size_t cap)
 {
-    pull_state *ps = arg;
     ps->asked_delta = sh->exact;
     ps->have_version = false;
     memset(ps->covered, 0, c->ntensors * sizeof *ps->covered);
@@ -214,16 +216,50 @@ static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     }
     release_held(ps);
     if (st == GA_OK) {
+        /* Async: a server that came back at an older checkpoint answers an older version (sync
+         * shards count it when they move back: push_send). */
+        if (c->opt.mode == GA_MODE_ASYNC && ps->version < sh->version) sh->versions_lost += sh->version - ps->version;
         sh->version = ps->version;
         sh->exact = true;
     }
     return st;
 }
 
-ga_status ga_shard_pull(ga_client *c, ga_shard *sh)
+/* After a lost connection: the push again (ga_shard_repush); a push of a step that closed
+ * without it (the server came back and closed it short) is folded back as a straggler's. */
+static ga_status repush(ga_client *c, ga_shard *sh, pull_state *ps, char *why, size_t cap)
+{
+    ps->lost = false;
+    ga_status st = ga_shard_repush(c, sh, why, cap);
+    if (st == GA_E_STEP_CLOSED) {
+        sh->late = true;
+        st = GA_OK;
+    }
+    if (st == GA_OK) ps->min_version = sh->step + 1; /* the shard may have moved back */
+    return st;
+}
+
+static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
+{
+    pull_state *ps = arg;
+    if (ps->lost) {
+        ga_status st = repush(c, sh, ps, why, cap);
+        if (st != GA_OK) {
+            ps->lost = st == GA_E_UNAVAILABLE || st == GA_E_DRAINING;
+            return st;
+        }
+    }
+    ga_status st = pull_once(c, sh, ps, why, cap);
+    ps->lost = ps->repush && (st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_NOT_MEMBER ||
+                              st == GA_E_UNKNOWN_JOB);
+    return st;
+}
+
+static ga_status pull_run(ga_client *c, ga_shard *sh, bool repush_after_loss)
 {
     pull_state ps = {0};
     ps.sh = sh;
+    ps.repush = repush_after_loss;
     ps.min_version = sh->want;
     ps.covered = ga_calloc(c->ntensors ? c->ntensors : 1, sizeof *ps.covered);
     if (!ps.covered)
@@ -231,12 +267,25 @@ ga_status ga_shard_pull(ga_client *c, ga_shard *sh)
                                   (unsigned long long)ps.min_version);
     char why[256];
     ga_status st = ga_shard_retry(c, sh, pull_attempt, &ps, why, sizeof why);
+    if (st == GA_E_VERSION && ps.repush) {
+        /* The server is older than the version this push asked for: it came back at an older
+         * checkpoint between the push's answer and this pull. Push again (it moves back), pull. */
+        ps.lost = true;
+        st = ga_shard_retry(c, sh, pull_attempt, &ps, why, sizeof why);
+    }
     ga_free(ps.covered);
     ga_free(ps.held);
     sh->bytes_pulled = ps.bytes;
     sh->apply_s = ps.apply_s;
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "pull version >= %llu", (unsigned long long)ps.min_version);
     return GA_OK;
+}
+
+ga_status ga_shard_pull(ga_client *c, ga_shard *sh) { return pull_run(c, sh, false); }
+
+ga_status ga_shard_pull_after_push(ga_client *c, ga_shard *sh)
+{
+    return pull_run(c, sh, c->opt.mode == GA_MODE_SYNC);
 }
 
 ga_status ga_client_pull_shards(ga_client *c)

@@ -444,13 +444,41 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     return st;
 }
 
+/* ga_shard_retry of the push of sh->step. Refused as a step the server has not opened
+ * (GA_E_STEP_FUTURE) in a sync job whose server's open step is older than sh->step, the server
+ * came back at an older checkpoint (--durability checkpoint; docs/reliability.md,
+ * "Durability"): the shard moves back to that step (the versions after it are counted in
+ * versions_lost, and its next pull is a full one) and the same payloads go as that step. */
+static ga_status push_send(ga_client *c, ga_shard *sh, push_arg *a, char *why, size_t cap)
+{
+    a->step = sh->step;
+    ga_status st = ga_shard_retry(c, sh, push_attempt, a, why, cap);
+    if (st != GA_E_STEP_FUTURE || c->opt.mode != GA_MODE_SYNC) return st;
+    uint64_t open = 0;
+    char jwhy[256];
+    if (ga_shard_open_step(c, sh, &open, jwhy, sizeof jwhy) != GA_OK || open >= sh->step) return st;
+    sh->versions_lost += sh->step - open;
+    sh->step = open;
+    sh->exact = false;
+    a->step = open;
+    return ga_shard_retry(c, sh, push_attempt, a, why, cap);
+}
+
+ga_status ga_shard_repush(ga_client *c, ga_shard *sh, char *why, size_t cap)
+{
+    push_arg a = {sh->step, NULL, false};
+    ga_status st = push_send(c, sh, &a, why, cap);
+    if (a.resp) protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
+    return st;
+}
+
 ga_status ga_shard_push(ga_client *c, ga_shard *sh)
 {
     push_arg a = {sh->step, NULL, false};
     char why[256];
     sh->stale_ack = false;
     ga_shard_turn_wait(c, sh, GA_TURN_SENT);
-    ga_status st = ga_shard_retry(c, sh, push_attempt, &a, why, sizeof why);
+    ga_status st = push_send(c, sh, &a, why, sizeof why);
     ga_shard_turn_pass(c, sh, GA_TURN_SENT); /* also when no attempt got as far as sending */
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
     sh->ack = a.resp->version;

@@ -139,7 +139,8 @@ void ga_shards_run(ga_client *c, ga_shard_fn fn)
         ga_shard *sh = &c->shards[i];
         c->stats.retries += sh->retries;
         c->stats.rejoins += sh->rejoins;
-        sh->retries = sh->rejoins = 0;
+        c->stats.versions_lost += sh->versions_lost;
+        sh->retries = sh->rejoins = sh->versions_lost = 0;
     }
 }
 

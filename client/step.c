@@ -71,7 +71,7 @@ static ga_status push_then_pull(ga_client *c, ga_shard *sh)
         return st;
     }
     sh->pushed = true;
-    return ga_shard_pull(c, sh);
+    return ga_shard_pull_after_push(c, sh);
 }
 
 /* Shard task: push_then_pull, then the lanes that wait for this one's pull may push. */

@@ -37,6 +37,7 @@ typedef struct row {
 static const char *const backend_choices[] = {"cpu", "cuda", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
 static const char *const journal_sync_choices[] = {"none", "step", "push", NULL};
+static const char *const durability_choices[] = {"acked", "checkpoint", NULL};
 
 #define FIELD(f) offsetof(ga_config, f)
 #define ROW_ADDR(n, e, f, d, h) {n, "--" n, e, T_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
@@ -106,6 +107,10 @@ static const row rows[GA_CFG_KEYS] = {
                                      journal_sync_choices,
                                      "when the push journal is fsynced: none, at every step's close, or before "
                                      "every push's ack"),
+    [GA_CFG_DURABILITY] = ROW_ENUM("durability", "GRADAGG_DURABILITY", durability, "acked", durability_choices,
+                                   "acked: every acknowledged push is journaled, nothing acknowledged is lost; "
+                                   "checkpoint: only checkpoints hold steps, a killed server comes back at its "
+                                   "newest one and the workers move back to it"),
     [GA_CFG_TLS_CERT] = ROW_OPT_PATH("tls-cert", "GRADAGG_TLS_CERT", tls_cert, "",
                                      "server certificate chain (PEM); empty = plaintext"),
     [GA_CFG_TLS_KEY] = ROW_OPT_PATH("tls-key", "GRADAGG_TLS_KEY", tls_key, "", "private key of --tls-cert (PEM)"),
@@ -121,7 +126,7 @@ static const row rows[GA_CFG_KEYS] = {
 
 /* T_ENUM rows store the choice's index through an int. */
 _Static_assert(sizeof(ga_backend) == sizeof(int) && sizeof(ga_log_level) == sizeof(int) &&
-                   sizeof(ga_journal_sync) == sizeof(int),
+                   sizeof(ga_journal_sync) == sizeof(int) && sizeof(ga_durability) == sizeof(int),
                "enum fields are ints");
 
 static const char *const source_names[] = {"default", "env", "flag"};

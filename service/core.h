@@ -40,10 +40,11 @@ typedef struct ga_core_options {
     const char *data_dir;
     uint32_t checkpoint_steps, checkpoint_seconds, checkpoint_keep;
     ga_journal_sync journal_sync;
+    ga_durability durability; /* ACKED: every acknowledged push journaled; CHECKPOINT: none */
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
-     100, 300, 3, GA_JOURNAL_SYNC_STEP}
+     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED}
 
 /* Borrows loop (must outlive the core). Errors: GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE,
  * GA_E_NOMEM. */

@@ -5,7 +5,8 @@
  * What it guarantees: an acknowledged join, init or push is in the journal before its ack, and
  * the journal is only trimmed below the oldest kept checkpoint; a restart rebuilds the state
  * from them, so nothing acknowledged is lost to a killed process (journal_sync decides what a
- * lost machine may lose). Replay runs the same core code as live calls, so it reaches the same
+ * lost machine may lose). With durability CHECKPOINT no push or step close is journaled: a
+ * restart comes back at the newest checkpoint (journal_sync.h). Replay runs the same core code as live calls, so it reaches the same
  * bytes. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -107,9 +108,13 @@ ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why)
     return st == GA_OK ? ga_journal_init(&job->journal, job->target + 1, init, why, GA_WHY_CAP) : st;
 }
 
+/* --durability checkpoint: no push or step close is journaled (job, tensor and membership
+ * records still are); the newest checkpoint holds the steps. */
+static bool journals_steps(const ga_job *job) { return job->core->opt.durability == GA_DURABILITY_ACKED; }
+
 ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why)
 {
-    if (!persisting(job)) return GA_OK;
+    if (!persisting(job) || !journals_steps(job)) return GA_OK;
     ga_status st = write_pending_close(job, why);
     return st == GA_OK ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : st;
 }
@@ -123,7 +128,7 @@ ga_status ga_persist_member(ga_job *job, const ga_journal_member *change, char *
 
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
 {
-    if (!persisting(job)) return;
+    if (!persisting(job) || !journals_steps(job)) return;
     char why[GA_WHY_CAP];
     if (!complete) {
         /* A complete step closes by itself at replay; one closed short must be told to. No

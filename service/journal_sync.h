@@ -1,4 +1,5 @@
-/* The journal's sync modes, alone so the config table can name them without the journal. */
+/* The journal's sync and durability modes, alone so the config table can name them without the
+ * journal. */
 #ifndef GA_JOURNAL_SYNC_H
 #define GA_JOURNAL_SYNC_H
 
@@ -12,5 +13,16 @@ typedef enum ga_journal_sync {
     GA_JOURNAL_SYNC_STEP = 1,
     GA_JOURNAL_SYNC_PUSH = 2
 } ga_journal_sync;
+
+/* What the journal holds (--durability). ACKED: every acknowledged change, so a restarted server
+ * comes back with everything it acknowledged. CHECKPOINT: job, tensor and membership records
+ * only (no push is written per step): a server killed without its drain comes back at its
+ * newest checkpoint, the versions after it are lost, and the SDK's workers move back to it by
+ * themselves (docs/reliability.md, "Durability"). A drain (SIGTERM) checkpoints every job, so a
+ * rolling restart loses nothing in either mode. */
+typedef enum ga_durability {
+    GA_DURABILITY_ACKED = 0,
+    GA_DURABILITY_CHECKPOINT = 1
+} ga_durability;
 
 #endif

@@ -291,6 +291,7 @@ static void test_help_lists_every_row(void **state)
         {"--checkpoint-seconds", "GRADAGG_CHECKPOINT_SECONDS", NULL},
         {"--checkpoint-keep", "GRADAGG_CHECKPOINT_KEEP", NULL},
         {"--journal-sync", "GRADAGG_JOURNAL_SYNC", "none|step|push"},
+        {"--durability", "GRADAGG_DURABILITY", "acked|checkpoint"},
         {"--tls-cert", "GRADAGG_TLS_CERT", NULL},
         {"--tls-key", "GRADAGG_TLS_KEY", NULL},
         {"--tls-client-ca", "GRADAGG_TLS_CLIENT_CA", NULL},

@@ -52,8 +52,11 @@ typedef ga_test_server server;
 
 static const char *const server_args[] = {"--checkpoint-steps", "5", "--log-level", "info", "--member-lease-ms=100",
                                           NULL};
+/* Only checkpoints hold steps: a killed server comes back at its newest one. */
+static const char *const checkpoint_args[] = {"--checkpoint-steps", "5", "--log-level", "info",
+                                              "--member-lease-ms=100", "--durability", "checkpoint", NULL};
 
-static void server_start(server *s, int port) { ga_test_server_start(s, port, server_args); }
+static void server_start(server *s, int port, const char *const *args) { ga_test_server_start(s, port, args); }
 
 static void server_kill(server *s, int sig) { ga_test_server_stop(s, sig); }
 
@@ -68,6 +71,7 @@ typedef struct worker {
     ga_status st;
     char err[512];
     ga_client_stats stats;
+    uint64_t version; /* the last one it pulled */
 } worker;
 
 static atomic_int steps_done[W];
@@ -146,6 +150,7 @@ static void *worker_main(void *arg)
 out:
     if (wk->st != GA_OK) snprintf(wk->err, sizeof wk->err, "%s", ga_client_error(c));
     ga_client_get_stats(c, &wk->stats);
+    wk->version = ga_client_version(c);
     ga_client_destroy(c);
     return NULL;
 }
@@ -163,10 +168,11 @@ static int max_steps(void)
 
 /* One training run; kill_at[k] > 0: SIGKILL the server once a worker finished that many steps,
  * and start it again on the same port and data dir. Returns the "restore: job" lines it logged. */
-static int train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, worker *wk, server *s)
+static int train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, worker *wk, server *s,
+                 const char *const *args)
 {
     ga_test_fresh_dir(s->dir, sizeof s->dir, base_dir);
-    server_start(s, 0);
+    server_start(s, 0, args);
     for (int r = 0; r < W; r++) {
         atomic_store(&steps_done[r], 0);
         memset(&wk[r], 0, sizeof wk[r]);
@@ -179,7 +185,7 @@ static int train(const int *kill_at, const uint32_t *kill_delay_ms, int nkill, w
         while (max_steps() < kill_at[k] && ga_test_now_s() < end) sleep_ms(1);
         sleep_ms(kill_delay_ms[k]); /* 0: between steps; later: amid the next step's pushes */
         server_kill(s, SIGKILL);
-        server_start(s, s->port);
+        server_start(s, s->port, args);
     }
     for (int r = 0; r < W; r++) pthread_join(wk[r].thread, NULL);
     server_kill(s, SIGTERM);
@@ -194,10 +200,10 @@ static void test_sigkill_loses_nothing(void **state)
 {
     (void)state;
     server a = {0}, b = {0};
-    int restores_a = train(NULL, NULL, 0, plain, &a);
+    int restores_a = train(NULL, NULL, 0, plain, &a, server_args);
     const int kills[] = {6, 13};
     const uint32_t delays[] = {0, 10};
-    int restores_b = train(kills, delays, 2, killed, &b);
+    int restores_b = train(kills, delays, 2, killed, &b, server_args);
 
     /* Every worker of each run holds the same parameters ... */
     for (int r = 1; r < W; r++) {
@@ -234,7 +240,7 @@ static void test_sigkill_loses_nothing(void **state)
     fseek(f, 5000, SEEK_SET);
     fputc(ch ^ 1, f);
     fclose(f);
-    server_start(&a, 0);
+    server_start(&a, 0, server_args);
     worker *w = &plain[0]; /* its params are the uninterrupted result; a fresh copy comes back */
     static float expect[BIG];
     memcpy(expect, w->big, sizeof expect);
@@ -257,6 +263,59 @@ static void test_sigkill_loses_nothing(void **state)
     assert_int_equal(ga_test_server_log_count(&a, "restore: skipping"), 1);
 }
 
+/* Bytes of the job's journal segments in a server's data dir. */
+static uint64_t journal_bytes(const char *dir)
+{
+    char **names, **segs, job_dir[256], path[512], why[256];
+    size_t n, m;
+    assert_int_equal(ga_file_list(dir, "job-restart-", "", &names, &n, why, sizeof why), GA_OK);
+    assert_int_equal(n, 1);
+    snprintf(job_dir, sizeof job_dir, "%s/%s", dir, names[0]);
+    ga_file_names_free(names, n);
+    assert_int_equal(ga_file_list(job_dir, "journal-", ".log", &segs, &m, why, sizeof why), GA_OK);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m; i++) {
+        snprintf(path, sizeof path, "%s/%s", job_dir, segs[i]);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        bytes += (uint64_t)ftell(f);
+        fclose(f);
+    }
+    ga_file_names_free(segs, m);
+    return bytes;
+}
+
+static worker moved[W];
+
+/* --durability checkpoint: the journal holds no push, and a SIGKILLed server comes back at its
+ * newest checkpoint. The workers move back to it by themselves (their pushes of later steps are
+ * refused as from the future, or their pulls lose the connection and they push again) and train
+ * on: all end identical, at STEPS minus the versions they moved back over, which each restart
+ * bounds by the checkpoint interval (5, plus one still being written). */
+static void test_checkpoint_durability_moves_back(void **state)
+{
+    (void)state;
+    server s = {0};
+    const int kills[] = {8, 17};
+    const uint32_t delays[] = {0, 10};
+    int restores = train(kills, delays, 2, moved, &s, checkpoint_args);
+    assert_true(restores >= 2);
+    uint64_t lost = moved[0].stats.versions_lost;
+    for (int r = 0; r < W; r++) {
+        assert_memory_equal(moved[r].big, moved[0].big, sizeof moved[0].big);
+        assert_memory_equal(moved[r].small, moved[0].small, sizeof moved[0].small);
+        assert_int_equal(moved[r].stats.versions_lost, lost);
+        assert_int_equal(moved[r].version, STEPS - lost);
+    }
+    assert_true(lost > 0 && lost <= 2 * 10);
+    /* No push reached the journal: W pushes of ~120 KB a step would be megabytes. */
+    uint64_t journal = journal_bytes(s.dir);
+    assert_true(journal < 64 * 1024);
+    print_message("checkpoint durability: %llu versions lost over 2 kills, journal %llu bytes\n",
+                  (unsigned long long)lost, (unsigned long long)journal);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -264,6 +323,7 @@ int main(void)
     if (!mkdtemp(base_dir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sigkill_loses_nothing),
+        cmocka_unit_test(test_checkpoint_durability_moves_back),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (rc == 0 && !getenv("GA_KEEP")) ga_test_remove_dir(base_dir);

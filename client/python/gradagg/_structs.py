@@ -67,7 +67,8 @@ class ClientStats(ctypes.Structure):
     """ga_client_stats."""
     _fields_ = [("encode_s", c_double), ("push_s", c_double), ("pull_s", c_double), ("decode_s", c_double),
                 ("bytes_pushed", c_uint64), ("bytes_pulled", c_uint64), ("steps", c_uint64),
-                ("retries", c_uint64), ("late_pushes", c_uint64), ("rejoins", c_uint64)]
+                ("retries", c_uint64), ("late_pushes", c_uint64), ("rejoins", c_uint64),
+                ("versions_lost", c_uint64)]
 
 
 #: C type name -> mirror, as ga_client_abi_layout names them.

@@ -56,3 +56,4 @@ class Stats:
     retries: int
     late_pushes: int
     rejoins: int
+    versions_lost: int  # versions a killed server lost (--durability checkpoint) that this worker moved back over
