@@ -6,7 +6,9 @@ data, seeds and SGD (lr, momentum) for every system. Systems, in one run per lin
 the compute-only floor (each rank trains alone: no communication), DDP over gloo fp32, DDP with
 the fp16 and PowerSGD comm hooks, and gradagg through gradagg.torch.DistributedOptimizer with
 each codec. Each rank runs in its own network namespace behind a tbf-shaped link (one more for
-the gradagg shard; bench/netbench_net.py), or everything on 127.0.0.1 for the link "lo".
+the gradagg shard; bench/netbench_net.py), or everything on 127.0.0.1 for the link "lo". With
+--colocate gradagg runs one shard on each worker's node instead (BytePS's colocated servers: each
+link then carries what DDP's ring all-reduce does, 2 (W - 1) / W of the model each way).
 
 Regimes: "comm" (32 samples per rank: the communication-bound regime of GPU training on slow
 links; the run checks that DDP fp32 takes at least 2x the floor there) and "compute" (256
@@ -125,11 +127,17 @@ class Bench:
             shutil.rmtree(d, ignore_errors=True)
         self.dirs.clear()
 
-    def start_shard(self, link: str, deadline: float) -> str:
+    def start_shards(self, link: str, deadline: float) -> str:
+        """The gradagg-server address list: one server on node s0, or with --colocate one shard
+        on every worker's node (each link then carries what DDP's ring does)."""
+        nodes = [f"w{r}" for r in range(self.args.world)] if self.args.colocate else ["s0"]
+        return ",".join(self.start_shard(link, node, deadline) for node in nodes)
+
+    def start_shard(self, link: str, node: str, deadline: float) -> str:
         data = tempfile.mkdtemp(prefix="gtb-data-")
         self.dirs.append(data)
-        host = self.addr(link, "s0")
-        p = self.spawn("s0-server", self.prefix(link, "s0") + [
+        host = self.addr(link, node)
+        p = self.spawn(f"{node}-server", self.prefix(link, node) + [
             self.args.server, "--listen", f"{host}:{0 if link == 'lo' else 7070}", "--admin-listen", f"{host}:0",
             "--data-dir", data, "--log-level", "warn", *self.args.server_arg])
         while True:
@@ -146,7 +154,7 @@ class Bench:
                   str(REGIMES[regime]), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
                   "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), *sysm.flags]
         if sysm.needs_shard:
-            common += ["--server", self.start_shard(link, deadline), "--job", f"tb-{self.row_id}"]
+            common += ["--server", self.start_shards(link, deadline), "--job", f"tb-{self.row_id}"]
         if sysm.kind == "ddp":
             self.port += 1
             common += ["--master", f"{self.addr(link, 'w0')}:{self.port}", "--iface",
@@ -197,6 +205,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--server-arg", action="append", default=[], help="one more gradagg-server argument")
+    ap.add_argument("--colocate", action="store_true",
+                    help="gradagg: one shard on each worker's node (BytePS's colocated servers) instead of one "
+                         "server on a node of its own")
     ap.add_argument("--run-timeout", type=float, default=1800, help="seconds for one row, start to end")
     ap.add_argument("--json", default=os.path.join(REPO, "build/results/trainbench.json"))
     ap.add_argument("--plot", default=os.path.join(REPO, "build/results/trainbench.png"))
