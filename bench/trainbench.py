@@ -79,6 +79,7 @@ SYSTEMS = {s.name: s for s in [
     # The same in DDP's 25 MB buckets, and without overlap (one client, everything pushed in step()).
     System("gradagg-2bit-2bitpull-b25", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--bucket-mb", "25")),
     System("gradagg-2bit-2bitpull-serial", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--no-overlap")),
+    System("gradagg-1bit_scaled", "gradagg", ("--codec", "1bit_scaled")),  # sign bits, a scale per 1024
     System("gradagg-topk", "gradagg", ("--codec", "topk")),  # TOPK_TRAINING: 10%, fp16, varint
     System("gradagg-topk-0.01", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
