@@ -91,29 +91,62 @@ static void apply_both(pair *p, uint32_t contributors, uint32_t ntensors, const 
     }
 }
 
-static void scenarios_match_cpu(void **state)
+/* How a pass over the scenarios drives both stores: the server's own path lends the payloads
+ * (ga_store_accumulate_lent, kept until the apply); a gradient block smaller than the chunks
+ * makes the apply slice every held chunk; pull_auto_bits makes the 2bit pulls pick each
+ * piece's threshold from a strided sample (ga_device_gather on CUDA). */
+typedef struct variant {
+    const char *name;
+    bool lend;
+    size_t block_elems; /* 0: the scenario's */
+    float pull_auto_bits; /* for 2bit pulls; 0: the scenario's */
+} variant;
+
+static const variant variants[] = {
+    {"copied", false, 0, 0.0f},
+    {"lent, 1024-element blocks, automatic 2bit pulls", true, 1024, 1.0f},
+};
+
+static void run_scenario(const scenario *sc, const variant *v)
 {
-    (void)state;
-    for (size_t i = 0; i < nscenarios; i++) {
-        const scenario *sc = &scenarios[i];
-        uint64_t before = all_memory();
-        pair p;
-        pair_create(&p, &sc->cfg);
-        for (uint32_t t = 0; t < sc->ntensors; t++) {
-            size_t n = sc->sizes[t];
-            float *init = ga_malloc((n ? n : 1) * sizeof *init);
-            assert_non_null(init);
-            scenario_init(t, n, init);
-            add_tensor_both(&p, n, scenario_init_is_null(t) ? NULL : init);
-            ga_free(init);
-        }
-        for (int step = 1; step <= SCENARIO_STEPS; step++) {
-            uint32_t contributors = scenario_contributors(step);
-            for (uint32_t w = 0; w < contributors; w++) {
-                for (uint32_t t = 0; t < sc->ntensors; t++) {
-                    chunk *c;
-                    size_t count = scenario_chunks(step, (int)w, t, sc->sizes[t], &c);
-                    for (size_t k = 0; k < count; k++) {
+    char name[160];
+    snprintf(name, sizeof name, "%s (%s)", sc->name, v->name);
+    ga_store_config cfg = sc->cfg;
+    if (v->block_elems) cfg.block_elems = v->block_elems;
+    if (v->pull_auto_bits > 0.0f && cfg.pull_codec == GA_CODEC_2BIT) cfg.pull_auto_bits = v->pull_auto_bits;
+    uint64_t before = all_memory();
+    pair p;
+    pair_create(&p, &cfg);
+    for (uint32_t t = 0; t < sc->ntensors; t++) {
+        size_t n = sc->sizes[t];
+        float *init = ga_malloc((n ? n : 1) * sizeof *init);
+        assert_non_null(init);
+        scenario_init(t, n, init);
+        add_tensor_both(&p, n, scenario_init_is_null(t) ? NULL : init);
+        ga_free(init);
+    }
+    for (int step = 1; step <= SCENARIO_STEPS; step++) {
+        uint32_t contributors = scenario_contributors(step);
+        /* Lent payloads live until the apply returned. */
+        chunk *held[SCENARIO_WORKERS * SCENARIO_MAX_TENSORS];
+        size_t counts[SCENARIO_WORKERS * SCENARIO_MAX_TENSORS], nheld = 0;
+        uint64_t chunk_bytes = 0; /* the test's own payload blocks, alive until the apply */
+        for (uint32_t w = 0; w < contributors; w++) {
+            for (uint32_t t = 0; t < sc->ntensors; t++) {
+                chunk *c;
+                uint64_t m0 = all_memory();
+                size_t count = scenario_chunks(step, (int)w, t, sc->sizes[t], &c);
+                chunk_bytes += all_memory() - m0;
+                for (size_t k = 0; k < count; k++) {
+                    bool kept;
+                    if (v->lend) {
+                        assert_int_equal(ga_store_accumulate_lent(p.cpu, t, c[k].offset, c[k].count, c[k].codec,
+                                                                  &c[k].params, c[k].payload, c[k].len, &kept),
+                                         GA_OK);
+                        assert_int_equal(ga_store_accumulate_lent(p.gpu, t, c[k].offset, c[k].count, c[k].codec,
+                                                                  &c[k].params, c[k].payload, c[k].len, &kept),
+                                         GA_OK);
+                    } else {
                         assert_int_equal(ga_store_accumulate(p.cpu, t, c[k].offset, c[k].count, c[k].codec,
                                                              &c[k].params, c[k].payload, c[k].len),
                                          GA_OK);
@@ -121,17 +154,26 @@ static void scenarios_match_cpu(void **state)
                                                              &c[k].params, c[k].payload, c[k].len),
                                          GA_OK);
                     }
-                    chunks_free(c, count);
                 }
+                held[nheld] = c;
+                counts[nheld++] = count;
             }
-            /* The count is exactly what the CUDA store took, in every domain. */
-            uint64_t cpu_bytes = ga_store_bytes(p.cpu);
-            assert_int_equal(ga_store_bytes(p.gpu), all_memory() - before - cpu_bytes);
-            apply_both(&p, contributors, sc->ntensors, sc->name, step);
         }
-        pair_destroy(&p);
-        assert_int_equal(all_memory(), before);
+        /* The count is exactly what the CUDA store took, in every domain. */
+        uint64_t cpu_bytes = ga_store_bytes(p.cpu);
+        assert_int_equal(ga_store_bytes(p.gpu), all_memory() - before - cpu_bytes - chunk_bytes);
+        apply_both(&p, contributors, sc->ntensors, name, step);
+        for (size_t i = 0; i < nheld; i++) chunks_free(held[i], counts[i]);
     }
+    pair_destroy(&p);
+    assert_int_equal(all_memory(), before);
+}
+
+static void scenarios_match_cpu(void **state)
+{
+    (void)state;
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
+        for (size_t i = 0; i < nscenarios; i++) run_scenario(&scenarios[i], &variants[v]);
 }
 
 /* Bad chunks: the same status on both backends; afterwards both publish the same values. */
