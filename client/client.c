@@ -103,9 +103,12 @@ ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void
             st = rejoin(c, sh, why, cap);
             if (st == GA_OK) continue;
         }
-        /* A draining server answers E_DRAINING (gRPC UNAVAILABLE): its replacement will take the
-         * call, as it would after a lost connection. */
-        if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING) || tries >= c->opt.max_retries) return st;
+        /* A draining server answers E_DRAINING (gRPC UNAVAILABLE), and one that stops cancels the
+         * calls still open (CANCELLED: the SDK never cancels a call of its own that it retries):
+         * its replacement will take the call, as it would after a lost connection. Every call
+         * retried here is idempotent (a push counted twice is answered duplicate). */
+        if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING && st != GA_E_CANCELLED) || tries >= c->opt.max_retries)
+            return st;
         sh->retries++;
         sleep_ms(delay);
         delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;

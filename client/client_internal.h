@@ -166,7 +166,8 @@ ga_status ga_shard_fail_call(ga_shard *sh, ga_status st, const char *why, const 
 
 /* One attempt of a call to shard sh; writes the reason of a failure into why[0..cap). */
 typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
-/* Runs attempt, again after a backoff while it returns GA_E_UNAVAILABLE and retries remain
+/* Runs attempt, again after a backoff while it returns GA_E_UNAVAILABLE, GA_E_DRAINING or
+ * GA_E_CANCELLED (a stopping server cancels its open calls) and retries remain
  * (backoff_ms doubling up to backoff_max_ms, at most max_retries more times; each counts in
  * sh->retries); a lost membership of a joined client is joined again first (sh->rejoins).
  * Returns the last attempt's status; why holds its reason. */

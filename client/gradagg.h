@@ -4,7 +4,9 @@
  * whose parameter buffers belong to the caller, and runs one call per training step: it encodes
  * every gradient with the tensor's codec (the error-feedback residual lives here, in the SDK),
  * streams the chunks to the server, waits for the new parameter version and writes it into the
- * caller's buffers. UNAVAILABLE is retried with exponential backoff; a retried push is counted
+ * caller's buffers. UNAVAILABLE (and a draining or stopping server's answers) is retried with
+ * exponential backoff; a sync worker whose pull lost its connection pushes its step again
+ * first (docs/reliability.md, "Durability is a setting"); a retried push is counted
  * once by the server. UNAUTHENTICATED and PERMISSION_DENIED (a missing or wrong token) are not
  * retried; a failed TLS handshake looks like UNAVAILABLE. Errors are ga_status values (ga_status.h) with a message from
  * ga_client_error.
@@ -67,7 +69,7 @@ typedef struct ga_client_options {
     size_t chunk_bytes;        /* payload bytes per streamed chunk */
     uint32_t call_timeout_ms;  /* deadline of each RPC that does not wait for a step */
     uint32_t step_timeout_ms;  /* how long a pull waits for the next version */
-    uint32_t max_retries;      /* retries of an UNAVAILABLE call; 0 = none */
+    uint32_t max_retries;      /* retries of an UNAVAILABLE / DRAINING / CANCELLED call; 0 = none */
     uint32_t backoff_ms;       /* first retry delay; doubles up to backoff_max_ms */
     uint32_t backoff_max_ms;
     int threads;               /* encode/decode threads; 0 = all */
@@ -208,7 +210,8 @@ ga_status ga_client_init(ga_client *c);
  * reported as GA_OK with stats.late_pushes incremented; the pull still brings the new version.
  * The first error from the server or the transport is returned, with ga_client_error.
  *
- * Retries: UNAVAILABLE and E_DRAINING are retried with backoff; a retried push resends the
+ * Retries: UNAVAILABLE, E_DRAINING and CANCELLED (a stopping server cancels its open calls) are
+ * retried with backoff; a retried push resends the
  * same bytes (the server counts it once), a retried pull asks for fp32 when a broken attempt
  * already wrote part of the buffers. Errors, by stage:
  *  - before encoding (bad arguments, a NaN/Inf gradient: GA_E_NONFINITE): nothing changed;
