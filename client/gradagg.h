@@ -248,7 +248,7 @@ ga_status ga_client_step_poll(ga_client *c, bool *done);
 ga_status ga_client_step_wait(ga_client *c);
 
 /* The learning rate the following steps' pushes carry: an LR schedule's value for the job's
- * server-side SGD or Adam, which applies it to each step (every rank gives a step the same lr;
+ * server-side SGD or Adam, which applies it to each step (the lowest contributing rank's lr;
  * docs/protocol.md, "Learning rate"). Until the first call the job's configured lr applies.
  * GA_E_OPTIM unless lr is finite and >= 0; GA_E_INVAL for NULL or while a step is in flight. */
 ga_status ga_client_set_lr(ga_client *c, float lr);

@@ -188,9 +188,11 @@ ga_status ga_client_state_load(ga_client *c, const void *buf, size_t len)
     uint32_t epoch = 0;
     ga_status st = check_state(c, &r, &epoch, saved);
     /* Late buffers first: the only step that can fail for want of memory changes nothing. */
-    for (size_t i = 0; i < c->ntensors && st == GA_OK; i++)
-        if (saved[i].flags & HAS_LATE) st = late_buffer(c, &c->tensors[i]);
-    if (st == GA_E_NOMEM) ga_client_fail(c, st, "state_load: out of memory for late gradients");
+    if (st == GA_OK) {
+        for (size_t i = 0; i < c->ntensors && st == GA_OK; i++)
+            if (saved[i].flags & HAS_LATE) st = late_buffer(c, &c->tensors[i]);
+        if (st != GA_OK) ga_client_fail(c, st, "state_load: room for the late gradients: %s", ga_strerror(st));
+    }
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];
         const saved_tensor *s = &saved[i];

@@ -8,6 +8,7 @@
 
 #include "core_internal.h"
 #include "ga_alloc.h"
+#include "log.h"
 
 /* ---- tasks ---- */
 
@@ -354,6 +355,13 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
     }
     ga_core_step_advance(job);
     uv_timer_stop(job->timer);
+    if (s->lr_mixed && !job->lr_mixed_logged) {
+        job->lr_mixed_logged = true;
+        ga_log(GA_LOG_WARN,
+               "job '%s': the ranks of step %" PRIu64 " named different lrs; rank %u's, %.9g, applies (the "
+               "lowest contributing rank's); logged once per job",
+               job->name, step, s->lr_rank, (double)s->lr);
+    }
     queue_apply(job, contributors, step + 1, job->step_start_ns, s->lr);
     /* The next step opens now: its pushes queue behind this step's apply. */
     ga_step_open(s, step + 1);
@@ -368,6 +376,19 @@ void ga_core_step_try_close(ga_job *job)
     bool complete = ga_step_complete(s);
     if (!complete && !(s->deadline_fired && s->committed >= job->quorum)) return;
     ga_core_step_close(job, !complete);
+}
+
+/* A commit's lr: the step's becomes that of its lowest committed rank, whatever the arrival
+ * order (ranks that moved back after a server restart may be an iteration apart in their own
+ * schedules). */
+static void step_lr(ga_step *s, uint32_t rank, float lr)
+{
+    bool same = s->committed > 0 && memcmp(&lr, &s->lr, sizeof lr) == 0;
+    if (s->committed > 0 && !same) s->lr_mixed = true;
+    if (s->committed == 0 || rank < s->lr_rank) {
+        s->lr = lr;
+        s->lr_rank = rank;
+    }
 }
 
 static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
@@ -408,14 +429,6 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     }
     float lr = 0.0f;
     GA_CHECK_GOTO(push_lr(job, push, &lr, why), st, refuse);
-    if (s->committed > 0 && memcmp(&lr, &s->lr, sizeof lr) != 0) {
-        snprintf(why, GA_WHY_CAP,
-                 "rank %u names lr %.9g for step %" PRIu64 " of job '%s', but the step's earlier commits named "
-                 "%.9g: every rank must give a step the same lr",
-                 push->rank, (double)lr, push->step, job->name, (double)s->lr);
-        st = GA_E_OPTIM;
-        goto refuse;
-    }
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
     GA_CHECK_GOTO(ga_persist_commit(job, push->step + 1, push, why), st, refuse);
@@ -425,10 +438,8 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     job->any_commit = true;
     record_commit(m, push->step);
     count_received(job, push);
-    if (s->committed == 0) {
-        job->step_start_ns = uv_hrtime();
-        s->lr = lr;
-    }
+    if (s->committed == 0) job->step_start_ns = uv_hrtime();
+    step_lr(s, push->rank, lr);
     uint32_t rank = push->rank;
     ga_step_commit(s, rank, push);
     ack(call, s->step, false, job->version);

@@ -84,6 +84,7 @@ typedef struct ga_job {
     uint64_t version;  /* published */
     uint64_t target;   /* the version queued work will have published */
     bool any_commit;   /* no new tensors after the first commit */
+    bool lr_mixed_logged; /* a step's ranks named different lrs: said once */
     ga_step step;      /* sync */
     uv_timer_t *timer; /* straggler deadline (sync); freed by its close callback */
     ga_taskq tasks;

@@ -34,6 +34,7 @@ void ga_step_open(ga_step *s, uint64_t step)
     s->handed_to = 0;
     s->committed = 0;
     s->deadline_fired = false;
+    s->lr_mixed = false;
 }
 
 void ga_step_commit(ga_step *s, uint32_t rank, ga_push *push)

@@ -921,8 +921,9 @@ static void refused(ga_call *c, ga_status want, const char *says)
 }
 
 /* Each step's pushes name its lr (an LR schedule) and the server's SGD applies it: every version
- * equals the model run with the same lrs, bit for bit. A push without one means the job's lr; a
- * rank naming another lr than the step's first commit is refused and changes nothing; a job
+ * equals the model run with the same lrs, bit for bit. A push without one names the job's lr.
+ * When the ranks name different lrs, the lowest contributing rank's applies, whatever the
+ * arrival order (rank 0 names the schedule's here, the others another on odd steps); a job
  * whose optimizer takes no lr refuses one. */
 static void test_step_lr(void **state)
 {
@@ -937,14 +938,10 @@ static void test_step_lr(void **state)
     for (int s = 0; s < STEPS; s++) {
         float lr = s % 2 ? 0.05f / (float)(s + 1) : k.o.lr; /* even steps: rank 0 names none */
         for (int j = 0; j < WORLD; j++) {
-            int r = perms[s % 6][j];
+            int r = perms[(s + 3) % 6][j];
             bool named = s % 2 == 1 || r != 0;
-            if (j == 1) {
-                float other = lr * 0.5f;
-                refused(push_step_lr(&h, "j", &wl, s, r, (uint64_t)s, true, other), GA_E_OPTIM,
-                        "every rank must give a step the same lr");
-            }
-            expect_ack(push_step_lr(&h, "j", &wl, s, r, (uint64_t)s, named, lr), (uint64_t)s, false, (uint64_t)s);
+            float mine = r != 0 && s % 2 == 1 ? lr * 0.5f : lr;
+            expect_ack(push_step_lr(&h, "j", &wl, s, r, (uint64_t)s, named, mine), (uint64_t)s, false, (uint64_t)s);
         }
         settle(&h);
         bool all[WORLD] = {true, true, true};

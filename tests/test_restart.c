@@ -326,8 +326,11 @@ static worker moved[W];
 /* --durability checkpoint: the journal holds no push, and a SIGKILLed server comes back at its
  * newest checkpoint. The workers move back to it by themselves (their pushes of later steps are
  * refused as from the future, or their pulls lose the connection and they push again) and train
- * on: all end identical, at STEPS minus the versions they moved back over, which each restart
- * bounds by the checkpoint interval (5, plus one still being written). */
+ * on. Each ends at STEPS minus the versions it moved back over, which each restart bounds by the
+ * checkpoint interval (5, plus one still being written). A worker caught between its push and
+ * its pull moves back one version less than the others, so it stays one of its own steps behind
+ * them and takes its last step alone after they left: the workers end at most one version
+ * apart, and those at the same version hold the same parameters. */
 static void test_checkpoint_durability_moves_back(void **state)
 {
     (void)state;
@@ -336,19 +339,27 @@ static void test_checkpoint_durability_moves_back(void **state)
     const uint32_t delays[] = {0, 10};
     int restores = train(kills, delays, 2, moved, &s, checkpoint_args);
     assert_true(restores >= 2);
-    uint64_t lost = moved[0].stats.versions_lost;
+    uint64_t vmin = UINT64_MAX, vmax = 0;
     for (int r = 0; r < W; r++) {
-        assert_memory_equal(moved[r].big, moved[0].big, sizeof moved[0].big);
-        assert_memory_equal(moved[r].small, moved[0].small, sizeof moved[0].small);
-        assert_int_equal(moved[r].stats.versions_lost, lost);
+        uint64_t lost = moved[r].stats.versions_lost;
+        assert_true(lost > 0 && lost <= 2 * 10);
         assert_int_equal(moved[r].version, STEPS - lost);
+        if (moved[r].version < vmin) vmin = moved[r].version;
+        if (moved[r].version > vmax) vmax = moved[r].version;
+        for (int q = 0; q < r; q++) {
+            if (moved[q].version != moved[r].version) continue;
+            assert_memory_equal(moved[r].big, moved[q].big, sizeof moved[q].big);
+            assert_memory_equal(moved[r].small, moved[q].small, sizeof moved[q].small);
+        }
     }
-    assert_true(lost > 0 && lost <= 2 * 10);
+    assert_true(vmax - vmin <= 1);
     /* No push reached the journal: W pushes of ~120 KB a step would be megabytes. */
     uint64_t journal = journal_bytes(s.dir);
     assert_true(journal < 64 * 1024);
-    print_message("checkpoint durability: %llu versions lost over 2 kills, journal %llu bytes\n",
-                  (unsigned long long)lost, (unsigned long long)journal);
+    print_message("checkpoint durability: rank 0 moved back %llu versions over 2 kills, versions %llu-%llu, "
+                  "journal %llu bytes\n",
+                  (unsigned long long)moved[0].stats.versions_lost, (unsigned long long)vmin,
+                  (unsigned long long)vmax, (unsigned long long)journal);
 }
 
 int main(void)

@@ -441,7 +441,7 @@ class Client:
 
     def set_lr(self, lr: float) -> None:
         """The learning rate the following steps carry to the job's server-side SGD or Adam (an
-        LR schedule's value; every rank gives a step the same lr). Until the first call the
+        LR schedule's value; a step applies its lowest contributing rank's). Until the first call the
         job's configured lr applies. InvalidArgumentError unless finite and >= 0."""
         with self._lock:
             st = _lib.ga_client_set_lr(self._h(), float(lr))
