@@ -93,6 +93,15 @@ static ga_status rejoin(ga_client *c, ga_shard *sh, char *why, size_t cap)
     return st;
 }
 
+bool ga_shard_retryable(ga_status st)
+{
+    /* A draining server answers E_DRAINING (gRPC UNAVAILABLE), and one that stops cancels the
+     * calls still open (CANCELLED: the SDK never cancels a call of its own that it retries):
+     * its replacement will take the call, as it would after a lost connection. Every call
+     * retried is idempotent (a push counted twice is answered duplicate). */
+    return st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED;
+}
+
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
 {
     uint32_t delay = c->opt.backoff_ms;
@@ -103,12 +112,7 @@ ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void
             st = rejoin(c, sh, why, cap);
             if (st == GA_OK) continue;
         }
-        /* A draining server answers E_DRAINING (gRPC UNAVAILABLE), and one that stops cancels the
-         * calls still open (CANCELLED: the SDK never cancels a call of its own that it retries):
-         * its replacement will take the call, as it would after a lost connection. Every call
-         * retried here is idempotent (a push counted twice is answered duplicate). */
-        if ((st != GA_E_UNAVAILABLE && st != GA_E_DRAINING && st != GA_E_CANCELLED) || tries >= c->opt.max_retries)
-            return st;
+        if (!ga_shard_retryable(st) || tries >= c->opt.max_retries) return st;
         sh->retries++;
         sleep_ms(delay);
         delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;

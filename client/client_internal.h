@@ -172,6 +172,8 @@ typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *
  * sh->retries); a lost membership of a joined client is joined again first (sh->rejoins).
  * Returns the last attempt's status; why holds its reason. */
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
+/* The statuses ga_shard_retry retries: the server was unreachable, draining or stopping. */
+bool ga_shard_retryable(ga_status st);
 /* The shard's open step for this job, from a Join as the same incarnation (one attempt). */
 ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap);
 /* Sends the push of sh->step again (push.c): after the connection broke while its pull waited,

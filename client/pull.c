@@ -245,13 +245,12 @@ static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     if (ps->lost) {
         ga_status st = repush(c, sh, ps, why, cap);
         if (st != GA_OK) {
-            ps->lost = st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED;
+            ps->lost = ga_shard_retryable(st);
             return st;
         }
     }
     ga_status st = pull_once(c, sh, ps, why, cap);
-    ps->lost = ps->repush && (st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED ||
-                              st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB);
+    ps->lost = ps->repush && (ga_shard_retryable(st) || st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB);
     return st;
 }
 

@@ -48,6 +48,21 @@ size_t ga_client_state_size(const ga_client *c)
     return bytes;
 }
 
+/* A tensor's saved arrays, in their saved order: where each lives and whether on the device
+ * (device tensors keep the residual and late gradients there; DGC momentum is on the host). */
+typedef struct state_array {
+    uint32_t flag;
+    float *v;
+    bool device;
+} state_array;
+
+static void arrays_of_tensor(const ga_tensor *t, state_array out[3])
+{
+    out[0] = (state_array){HAS_RESIDUAL, t->residual, t->device};
+    out[1] = (state_array){HAS_MOMENTUM, t->u, false};
+    out[2] = (state_array){HAS_LATE, t->late, t->device};
+}
+
 /* n floats between host bytes and a tensor array (device memory for device tensors' residual
  * and late). */
 static ga_status copy_floats(ga_client *c, void *dst, const void *src, size_t n, bool device)
@@ -87,11 +102,8 @@ ga_status ga_client_state_save(ga_client *c, void *buf, size_t cap, size_t *len)
         p = put(p, &t->density, 4);
         p = put(p, &name_len, 4);
         p = put(p, t->name, name_len);
-        const struct {
-            uint32_t flag;
-            const float *v;
-            bool device;
-        } arrays[] = {{HAS_RESIDUAL, t->residual, t->device}, {HAS_MOMENTUM, t->u, false}, {HAS_LATE, t->late, t->device}};
+        state_array arrays[3];
+        arrays_of_tensor(t, arrays);
         for (size_t k = 0; k < 3; k++) {
             if (!(flags & arrays[k].flag)) continue;
             ga_status st = copy_floats(c, p, arrays[k].v, t->n, arrays[k].device);
@@ -197,9 +209,13 @@ ga_status ga_client_state_load(ga_client *c, const void *buf, size_t len)
         ga_tensor *t = &c->tensors[i];
         const saved_tensor *s = &saved[i];
         const uint8_t *v = s->arrays;
-        if (s->flags & HAS_RESIDUAL) st = copy_floats(c, t->residual, v, t->n, t->device), v += t->n * sizeof(float);
-        if (st == GA_OK && (s->flags & HAS_MOMENTUM)) memcpy(t->u, v, t->n * sizeof(float)), v += t->n * sizeof(float);
-        if (st == GA_OK && (s->flags & HAS_LATE)) st = copy_floats(c, t->late, v, t->n, t->device);
+        state_array arrays[3];
+        arrays_of_tensor(t, arrays);
+        for (size_t k = 0; k < 3 && st == GA_OK; k++) {
+            if (!(s->flags & arrays[k].flag)) continue;
+            st = copy_floats(c, arrays[k].v, v, t->n, arrays[k].device);
+            v += t->n * sizeof(float);
+        }
         t->late_pending = (s->flags & LATE_PENDING) != 0;
         t->auto_have = (s->flags & AUTO_HAVE) != 0;
         t->threshold = s->threshold;

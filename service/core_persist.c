@@ -6,8 +6,8 @@
  * the journal is only trimmed below the oldest kept checkpoint; a restart rebuilds the state
  * from them, so nothing acknowledged is lost to a killed process (journal_sync decides what a
  * lost machine may lose). With durability CHECKPOINT no push or step close is journaled: a
- * restart comes back at the newest checkpoint (journal_sync.h). Replay runs the same core code as live calls, so it reaches the same
- * bytes. */
+ * restart comes back at the newest checkpoint (journal_sync.h). Replay runs the same core code
+ * as live calls, so it reaches the same bytes. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

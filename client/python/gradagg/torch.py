@@ -371,7 +371,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         the server, which keeps them. Take it after step()."""
         saved = super().state_dict()
         saved["gradagg"] = dict(job=self._job, buckets=[list(b) for b in self.buckets],
-                                version=min(c.version for c in self.clients),
                                 workers=[c.state() for c in self.clients])
         return saved
 
