@@ -2,6 +2,8 @@
  * the C library's allocation starts. */
 #include "ga_alloc.h"
 
+#include <omp.h>
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,4 +98,21 @@ char *ga_strdup(const char *s)
     char *d = ga_malloc(n);
     if (d) memcpy(d, s, n);
     return d;
+}
+
+void ga_host_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    /* Pieces of whole cache lines: each thread writes lines no other thread touches. */
+    const size_t line = 64;
+    int threads = ga_exec_threads(ex, (double)bytes);
+    size_t per = (bytes + (size_t)threads - 1) / (size_t)threads, piece = (per + line - 1) / line * line;
+    if (threads <= 1 || piece == 0) {
+        if (bytes) memcpy(dst, src, bytes);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int t = 0; t < threads; t++) {
+        size_t lo = (size_t)t * piece, hi = lo + piece < bytes ? lo + piece : bytes;
+        if (lo < hi) memcpy((char *)dst + lo, (const char *)src + lo, hi - lo);
+    }
 }

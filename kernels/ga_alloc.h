@@ -46,6 +46,11 @@ void ga_pinned_free(void *p);
  * CPU backend both pointers must be host memory and it is a memcpy. */
 ga_status ga_device_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes);
 
+/* A host-to-host memcpy of `bytes` on up to ex's CPU thread cap (ga_exec_threads; whatever
+ * ex's backend): what fills a pinned staging buffer from a pageable payload at the host's
+ * memory rate rather than one core's. The ranges must not overlap. */
+void ga_host_copy(const ga_exec *ex, void *dst, const void *src, size_t bytes);
+
 /* dst[k] = src[start + k * stride] for k < count: a strided sample of src (memory of ex's
  * backend) into host memory, and waits for it (on CUDA: one 2-D copy on ex's stream, then a
  * sync of that stream). stride >= 1. */

@@ -15,6 +15,8 @@
 #define ZERO_MAX_ELEMS ((size_t)1 << 20)
 /* Smallest incoming-payload buffer, so a run of tiny chunks does not regrow it every call. */
 #define STAGE_MIN_BYTES ((size_t)64 << 10)
+/* CUDA: the pieces a payload is staged in (8 MiB; the pinned buffer holds two). */
+#define STAGE_PIECE_BYTES ((size_t)8 << 20)
 
 /* ---- memory ---- */
 
@@ -108,6 +110,10 @@ static void tensor_free(ga_store *s, ga_store_tensor *t)
         if (t->published == (float *)t->pub->data) t->published = NULL;
         s->bytes -= ga_blob_footprint(t->pub->size);
         ga_blob_unref(t->pub);
+    }
+    if (t->mirror) {
+        s->bytes -= ga_blob_footprint(t->mirror->size);
+        ga_blob_unref(t->mirror);
     }
     ga_store_mem_put(s, s->compute, t->params, bytes);
     ga_store_mem_put(s, s->compute, t->sum, bytes);
@@ -294,6 +300,9 @@ ga_status ga_store_add_tensor(ga_store *s, size_t n, const float *init, uint32_t
         s->bytes += ga_blob_footprint(full->size);
         if (deltas) t.published = (float *)full->data;
         else t.params = (float *)full->data;
+    } else {
+        t.mirror = ga_blob_ref(full); /* the latest publication's host copy (store_internal.h) */
+        s->bytes += ga_blob_footprint(full->size);
     }
     /* A failure from here on may leave the device zeros or the record array larger (counted in
      * ga_store_bytes); no tensor, sum or publication changes. The zeros come first: the
@@ -324,6 +333,26 @@ fail:
 
 /* ---- the step's sums ---- */
 
+ga_status ga_store_upload(ga_store *s, void *dst, const void *payload, size_t len)
+{
+    if (len == 0) return GA_OK;
+    /* The previous upload's last copy may still read either half, and queued work dst. */
+    GA_CHECK(ga_exec_sync(&s->ex));
+    size_t piece = len < STAGE_PIECE_BYTES ? len : STAGE_PIECE_BYTES;
+    size_t stage = len <= STAGE_PIECE_BYTES ? len : 2 * STAGE_PIECE_BYTES;
+    GA_CHECK(ga_store_regrow(s, s->staging, &s->stage, &s->stage_cap,
+                             stage > STAGE_MIN_BYTES ? stage : STAGE_MIN_BYTES));
+    size_t k = 0;
+    for (size_t done = 0; done < len; done += piece, k++) {
+        size_t n = len - done < piece ? len - done : piece;
+        uint8_t *half = (uint8_t *)s->stage + (k % 2) * piece;
+        ga_host_copy(&s->ex, half, (const uint8_t *)payload + done, n);
+        if (k > 0) GA_CHECK(ga_exec_sync(&s->ex)); /* piece k - 1's copy, out of the other half */
+        GA_CHECK(ga_device_copy(&s->ex, (uint8_t *)dst + done, half, n));
+    }
+    return GA_OK;
+}
+
 /* Both decodes into compute memory (store_internal.h); checked: the payload's values were
  * checked before (ga_codec_decode_add_checked). */
 static ga_status decode_into(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
@@ -336,21 +365,17 @@ static ga_status decode_into(ga_store *s, ga_codec_id codec, const ga_codec_para
         if ((uintptr_t)payload % 4 != 0) {
             GA_CHECK(ga_store_regrow(s, s->staging, &s->stage, &s->stage_cap,
                                      len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES));
-            memcpy(s->stage, payload, len);
+            ga_host_copy(&s->ex, s->stage, payload, len);
             payload = s->stage;
         }
         return decode(&s->ex, codec, p, payload, len, count, dst);
     }
 
-    /* CUDA: host -> pinned -> device, then the fused decode on the device. Nothing is queued
-     * between calls, so the buffers can be replaced here. */
-    size_t want = len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES;
-    GA_CHECK(ga_store_regrow(s, s->staging, &s->stage, &s->stage_cap, want));
-    GA_CHECK(ga_store_regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap, want));
-    if (len) memcpy(s->stage, payload, len);
-    ga_status rc = ga_device_copy(&s->ex, s->dev_in, s->stage, len);
+    ga_status rc = ga_store_regrow(s, GA_STORE_MEM_DEVICE, &s->dev_in, &s->dev_in_cap,
+                                   len > STAGE_MIN_BYTES ? len : STAGE_MIN_BYTES);
+    if (rc == GA_OK) rc = ga_store_upload(s, s->dev_in, payload, len);
     if (rc == GA_OK) rc = decode(&s->ex, codec, p, s->dev_in, len, count, dst);
-    ga_status synced = ga_exec_sync(&s->ex); /* the staging buffers are reused by the next call */
+    ga_status synced = ga_exec_sync(&s->ex); /* the buffers are reused by the next call */
     return rc != GA_OK ? rc : synced;
 }
 

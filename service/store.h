@@ -92,18 +92,21 @@ ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_
                                    const ga_codec_params *p, const void *payload, size_t len, bool *kept);
 /* Closes a step that had `contributors` >= 1 pushes: sums each tensor's chunks in arrival order,
  * scales the sums (mean), runs the optimizer on every tensor, clears the sums and held chunks,
- * and publishes every tensor into out[0..tensors): the new full values, and with a pull codec the delta encoded piece by piece from the previous
- * publication, which is then advanced by exactly the decoded delta (server-side error feedback:
- * what was not sent stays in params - published). On error nothing is published. */
+ * and publishes every tensor into out[0..tensors): the new full values, and with a pull codec
+ * the delta encoded piece by piece from the previous publication, which is then advanced by
+ * exactly the decoded delta (server-side error feedback: what was not sent stays in
+ * params - published). On error nothing is published. */
 ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
-/* ga_store_apply that, on the CPU backend, rewrites a tensor's current full blob in place and
- * publishes that same blob when no one but the store and the caller holds it: no second fp32
- * copy of the tensor exists during the step. The caller promises that it keeps at most one
- * reference to each tensor's latest full publication, and that no thread takes a new reference
- * to any blob of this store while the call runs; a blob with any other holder (a pull still
- * streaming it) goes the ga_store_apply way and is never written. On the CPU backend nothing
- * can fail once the first value changed, so an error still publishes nothing and leaves every
- * blob as it was; the CUDA backend always works as ga_store_apply. */
+/* ga_store_apply that rewrites a tensor's latest full blob in place and publishes that same blob
+ * when no one but the store and the caller holds it: on the CPU no second fp32 copy of the
+ * tensor exists during the step; on CUDA the device-to-host copy of the new values lands in host
+ * pages already in memory. The caller promises that it keeps at most one reference to each
+ * tensor's latest full publication, and that no thread takes a new reference to any blob of
+ * this store while the call runs; a blob with any other holder (a pull still streaming it) goes
+ * the ga_store_apply way and is never written. On the CPU backend nothing can fail once the
+ * first value changed, so an error still publishes nothing and leaves every blob as it was; on
+ * CUDA only a device error can (the device is unusable then), and it may leave the caller's
+ * latest publication partly rewritten. */
 ga_status ga_store_apply_in_place(ga_store *s, uint32_t contributors, ga_published *out);
 /* The learning rate of the applies that follow, for SGD and Adam (a schedule's value for one
  * step; the config's lr until then). GA_E_OPTIM unless finite and >= 0; nothing changes then. */

@@ -17,6 +17,7 @@ typedef struct ga_store_held {
     size_t len;
     bool lent; /* data is the caller's, read in place and never freed here; else the store's copy */
     ga_topk_cursor cursor; /* top-k: where the apply's walk over the payload stands */
+    const void *dev;       /* CUDA, during the apply: the payload's copy in device memory, or NULL */
 } ga_store_held;
 
 typedef struct ga_store_tensor {
@@ -41,9 +42,14 @@ typedef struct ga_store_tensor {
      * it publishes. An apply changes the values in this blob when no one else holds it (the
      * caller's latest publication aside: ga_store_apply_in_place), and otherwise first moves
      * them into the next version's blob (store_publish.c rebase): a blob another holder may
-     * still read is never written. CUDA: NULL (the
-     * buffers are device memory and each version copies its full values to a new host blob). */
+     * still read is never written. CUDA: NULL (the buffers are device memory; see mirror). */
     ga_blob *pub;
+    /* CUDA: the host blob holding the latest publication's full values, the store's reference
+     * (CPU: NULL). The next apply copies the new values into it when no one else holds it, by
+     * the same rule as `pub` on the CPU, and otherwise into a new blob that becomes the mirror:
+     * a step then writes into host pages already in memory instead of a fresh buffer of the
+     * tensor's size. */
+    ga_blob *mirror;
 } ga_store_tensor;
 
 /* Where a buffer lives: host (ga_malloc), pinned host, or device. */
@@ -90,6 +96,13 @@ ga_status ga_store_decode_add(ga_store *s, ga_codec_id codec, const ga_codec_par
  * lent: ga_codec_decode_add_checked, so a dense payload is read once. */
 ga_status ga_store_add_held(ga_store *s, ga_codec_id codec, const ga_codec_params *p, const void *payload,
                             size_t len, size_t count, float *dst);
+/* CUDA: copies a payload (host memory) to dst (device memory) through the pinned staging buffer,
+ * in pieces of at most 8 MiB in its two halves in turn: the host copies piece k (on the store's
+ * CPU threads) into one half while the device copies piece k - 1 out of the other. It first
+ * waits for everything queued on the store's stream (a previous upload's last copy reads the
+ * staging buffer; queued work may read dst); on return only the last piece's copy may still be
+ * queued. */
+ga_status ga_store_upload(ga_store *s, void *dst, const void *payload, size_t len);
 /* Frees tensor t's held chunks (after the apply or a discard). */
 void ga_store_held_clear(ga_store *s, ga_store_tensor *t);
 

@@ -24,6 +24,12 @@ void ga_published_clear(ga_published *p)
     memset(p, 0, sizeof *p);
 }
 
+/* The blob an apply may rewrite in place: the CPU's publication, or the CUDA mirror. */
+static ga_blob *host_blob(const ga_store_tensor *t)
+{
+    return t->pub ? t->pub : t->mirror;
+}
+
 /* Allocates the blobs of one tensor's next publication before any math runs, so a failure
  * to allocate changes nothing. The delta blob is sized for the largest payload of each piece
  * (exact for fixed-size codecs; top-k payloads are usually shorter, see publish_delta). In place
@@ -45,7 +51,7 @@ static ga_status publication_alloc(const ga_store *s, ga_store_tensor *t, bool i
         if (s->cfg.pull_auto_bits > 0.0f && !(pub->delta_level = ga_malloc(npieces * sizeof *pub->delta_level)))
             goto nomem;
     }
-    pub->full = in_place ? ga_blob_ref(t->pub) : ga_blob_create(t->n * sizeof(float));
+    pub->full = in_place ? ga_blob_ref(host_blob(t)) : ga_blob_create(t->n * sizeof(float));
     if (!pub->full) goto nomem;
     return GA_OK;
 nomem:
@@ -86,6 +92,8 @@ typedef struct apply_scratch {
     size_t sum_elems;
     void *slice;        /* host memory: one block's slice of a top-k payload (ga_topk_slice) */
     size_t slice_cap;
+    void *held_dev;     /* CUDA: one range's held payloads, uploaded once (range_upload_bytes) */
+    size_t held_dev_cap;
     /* Pull codec only, for one piece: */
     float *delta;       /* params - published */
     float *residual;    /* the encoder's residual, zeroed for every piece (codecs with one) */
@@ -161,6 +169,23 @@ static size_t range_block(const ga_store *s, ga_store_held *const *by, size_t i,
     return len < block ? len : block;
 }
 
+/* CUDA: the device bytes that range by[i..end) takes when its payloads are uploaded once for
+ * all its blocks (each at a 4-byte aligned offset), so that a block's decodes read device memory
+ * and need no copy and no wait each. 0, and every block's slices are staged as they are added:
+ * on the CPU; for a range of one block (each payload is added whole, once); for a codec a block
+ * cannot take a byte range of (top-k: its slices are cut on the host); and for a range whose
+ * payloads are larger than its fp32 values (so the device holds no more than a dense sum). */
+static size_t range_upload_bytes(const ga_store *s, ga_store_held *const *by, size_t i, size_t end)
+{
+    if (s->compute != GA_STORE_MEM_DEVICE || by[i]->count <= block_elems(s)) return 0;
+    size_t bytes = 0;
+    for (size_t k = i; k < end; k++) {
+        if (!ga_codec_in_order(by[k]->codec)) return 0;
+        bytes += (by[k]->len + 3) / 4 * 4;
+    }
+    return bytes <= by[i]->count * sizeof(float) ? bytes : 0;
+}
+
 /* The gradient block a tensor's step needs (0: none), with its held chunks sorted into `by`;
  * *whole is set when the held ranges overlap partly and the step needs a whole-tensor sum. */
 static size_t grad_need(const ga_store *s, const ga_store_tensor *t, ga_store_held **by, bool *whole)
@@ -223,6 +248,24 @@ static size_t slice_need(const ga_store *s)
     return most;
 }
 
+/* The largest range_upload_bytes of any tensor's held ranges (sorted into by). */
+static size_t upload_need(const ga_store *s, ga_store_held **by)
+{
+    size_t most = 0;
+    for (uint32_t t = 0; t < s->count; t++) {
+        bool whole;
+        const ga_store_tensor *tensor = &s->tensors[t];
+        if (tensor->nheld == 0) continue;
+        (void)grad_need(s, tensor, by, &whole);
+        for (size_t i = 0, end; !whole && i < tensor->nheld; i = end) {
+            end = range_end(tensor, by, i);
+            size_t bytes = range_upload_bytes(s, by, i, end);
+            most = bytes > most ? bytes : most;
+        }
+    }
+    return most;
+}
+
 static ga_status scratch_get(ga_store *s, apply_scratch *x)
 {
     size_t most_held = 0, grad = 0, sum = 0;
@@ -247,6 +290,9 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
     size_t slice = slice_need(s);
     if (rc == GA_OK && slice > 0) rc = ga_store_mem_get(s, GA_STORE_MEM_HOST, slice, &x->slice);
     x->slice_cap = x->slice ? slice : 0;
+    size_t upload = upload_need(s, x->by);
+    if (rc == GA_OK && upload > 0) rc = ga_store_mem_get(s, GA_STORE_MEM_DEVICE, upload, &x->held_dev);
+    x->held_dev_cap = x->held_dev ? upload : 0;
     if (rc == GA_OK) rc = pull_scratch_get(s, x);
     return rc; /* on an error the caller's scratch_put frees what was made */
 }
@@ -258,6 +304,7 @@ static void scratch_put(ga_store *s, apply_scratch *x)
     ga_store_mem_put(s, s->compute, x->grad, x->grad_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
     ga_store_mem_put(s, GA_STORE_MEM_HOST, x->slice, x->slice_cap);
+    ga_store_mem_put(s, GA_STORE_MEM_DEVICE, x->held_dev, x->held_dev_cap);
     ga_store_mem_put(s, s->compute, x->delta, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->residual, x->piece_elems * sizeof(float));
     ga_store_mem_put(s, s->compute, x->payload, x->payload_cap);
@@ -279,6 +326,9 @@ static ga_status add_slice(ga_store *s, ga_store_held *h, size_t at, size_t m, c
         return ga_store_add_held(s, h->codec, &sp, x->slice, bytes, m, x->grad);
     }
     GA_CHECK(ga_codec_payload_range(h->codec, &h->params, h->count, at, m, &off, &bytes));
+    if (h->dev) /* uploaded (step_chunks): the device reads its slice in place */
+        return ga_codec_decode_add_checked(&s->ex, h->codec, &h->params, (const uint8_t *)h->dev + off, bytes, m,
+                                           x->grad);
     return ga_store_add_held(s, h->codec, &h->params, (const uint8_t *)h->data + off, bytes, m, x->grad);
 }
 
@@ -287,8 +337,16 @@ static ga_status add_slice(ga_store *s, ga_store_held *h, size_t at, size_t m, c
 static ga_status step_chunks(ga_store *s, ga_store_tensor *t, ga_store_held *const *by, size_t count, size_t block,
                              float scale, const apply_scratch *x)
 {
-    size_t lo = by[0]->offset, len = by[0]->count;
-    for (size_t k = 0; k < count; k++) by[k]->cursor = (ga_topk_cursor){0};
+    size_t lo = by[0]->offset, len = by[0]->count, up = range_upload_bytes(s, by, 0, count);
+    for (size_t k = 0, at = 0; k < count; k++) {
+        by[k]->cursor = (ga_topk_cursor){0};
+        by[k]->dev = NULL;
+        if (up == 0) continue;
+        if (up > x->held_dev_cap) return GA_E_INVAL; /* scratch_get sized it: a bug, never silent */
+        by[k]->dev = (uint8_t *)x->held_dev + at;
+        GA_CHECK(ga_store_upload(s, (uint8_t *)x->held_dev + at, by[k]->data, by[k]->len));
+        at += (by[k]->len + 3) / 4 * 4;
+    }
     for (size_t at = 0; at < len; at += block) {
         size_t m = len - at < block ? len - at : block;
         GA_CHECK(ga_store_zero(s, x->grad, m));
@@ -448,11 +506,19 @@ static ga_status publish_tensor(ga_store *s, ga_store_tensor *t, ga_published *p
     return ga_device_copy(&s->ex, pub->full->data, src, t->n * sizeof(float));
 }
 
-/* A CPU tensor's blob may be rewritten when its only holders are the store and (at most) the
+/* A tensor's host blob (host_blob) may be rewritten when its only holders are the store and (at most) the
  * caller's latest publication: the caller promised that no new reference appears meanwhile. */
 static bool rewritable(const ga_store_tensor *t, bool in_place)
 {
-    return in_place && t->pub && ga_blob_refs(t->pub) <= 2;
+    return in_place && host_blob(t) && ga_blob_refs(host_blob(t)) <= 2;
+}
+
+/* CUDA: the version's full blob becomes the mirror (the same size: s->bytes does not change). */
+static void remirror(ga_store_tensor *t, ga_published *pub)
+{
+    if (!t->mirror || t->mirror == pub->full) return;
+    ga_blob_unref(t->mirror);
+    t->mirror = ga_blob_ref(pub->full);
 }
 
 /* The mean's scale is computed once as (float)(1.0 / contributors): the double quotient rounded
@@ -464,7 +530,7 @@ static bool rewritable(const ga_store_tensor *t, bool in_place)
  * refused. Every allocation (blobs, scratch) comes before the first value changes; after it
  * only a kernel can fail, and only on a device error (every argument was checked): that leaves
  * the step partly applied and publishes nothing. On the CPU nothing fails after it, which is
- * what lets a blob be rewritten in place. */
+ * what lets a blob be rewritten in place (on CUDA, store.h ga_store_apply_in_place). */
 static ga_status apply(ga_store *s, uint32_t contributors, ga_published *out, bool in_place)
 {
     if (!s || contributors == 0 || (!out && s->count > 0)) return GA_E_INVAL;
@@ -486,6 +552,7 @@ static ga_status apply(ga_store *s, uint32_t contributors, ga_published *out, bo
         if (t->pub && pubs[i].full != t->pub) rebase(t, &pubs[i]);
         rc = step_tensor(s, t, scale, &x);
         if (rc == GA_OK) rc = publish_tensor(s, t, &pubs[i], &x);
+        if (rc == GA_OK) remirror(t, &pubs[i]);
     }
     ga_status synced = ga_exec_sync(&s->ex); /* the blobs are read by other threads once returned */
     if (rc == GA_OK) rc = synced;

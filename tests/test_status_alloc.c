@@ -186,6 +186,31 @@ static void test_alloc_threads(void **state)
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), start);
 }
 
+/* ga_host_copy: every byte copied, none written outside dst, for sizes around the thread split
+ * and the 64-byte pieces, on 1 to 4 threads and unaligned ends. */
+static void test_host_copy(void **state)
+{
+    (void)state;
+    const size_t most = ((size_t)4 << 20) + 131;
+    uint8_t *src = ga_malloc(most + 1), *dst = ga_malloc(most + 2);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i <= most; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+    const size_t sizes[] = {0, 1, 63, 64, 65, 1000, ((size_t)1 << 20) + 1, most};
+    for (int threads = 1; threads <= 4; threads++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            size_t n = sizes[k];
+            ga_exec ex = {GA_BACKEND_CUDA, threads, GA_SIMD_AUTO, NULL}; /* the backend is not read */
+            memset(dst, 0xA5, most + 2);
+            ga_host_copy(&ex, dst + 1, src + 1, n);
+            assert_int_equal(dst[0], 0xA5);
+            assert_memory_equal(dst + 1, src + 1, n);
+            assert_int_equal(dst[n + 1], 0xA5);
+        }
+    ga_free(src);
+    ga_free(dst);
+}
+
 static void test_device_alloc_without_cuda(void **state)
 {
     (void)state;
@@ -265,6 +290,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_check_macros),
         cmocka_unit_test(test_alloc),        cmocka_unit_test(test_alloc_threads),
+        cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_device_alloc_without_cuda), cmocka_unit_test(test_codec_names),
         cmocka_unit_test(test_codec_defaults), cmocka_unit_test(test_simd_cap),
         cmocka_unit_test(test_host_memory_returned),

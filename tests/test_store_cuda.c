@@ -28,10 +28,15 @@ static uint64_t all_memory(void)
 typedef struct pair {
     ga_store *cpu, *gpu;
     ga_store_config cfg;
+    bool in_place;
+    /* In place (ga_store_apply_in_place): the caller's latest full publication of each tensor,
+     * one reference per store, as the server's core keeps it. */
+    ga_blob *latest_cpu[SCENARIO_MAX_TENSORS + 1], *latest_gpu[SCENARIO_MAX_TENSORS + 1];
 } pair;
 
 static void pair_create(pair *p, const ga_store_config *cfg)
 {
+    memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     p->cfg.backend = GA_BACKEND_CPU;
     assert_int_equal(ga_store_create(&p->cfg, &p->cpu), GA_OK);
@@ -42,6 +47,10 @@ static void pair_create(pair *p, const ga_store_config *cfg)
 
 static void pair_destroy(pair *p)
 {
+    for (size_t t = 0; t <= SCENARIO_MAX_TENSORS; t++) {
+        ga_blob_unref(p->latest_cpu[t]);
+        ga_blob_unref(p->latest_gpu[t]);
+    }
     ga_store_destroy(p->cpu);
     ga_store_destroy(p->gpu);
 }
@@ -75,6 +84,10 @@ static void add_tensor_both(pair *p, size_t n, const float *init)
     assert_int_equal(ga_store_add_tensor(p->gpu, n, init, &ig, &pg), GA_OK);
     assert_int_equal(ic, ig);
     same_pub(&pc, &pg, "version 0", 0, ic);
+    if (p->in_place && ic <= SCENARIO_MAX_TENSORS) {
+        p->latest_cpu[ic] = ga_blob_ref(pc.full);
+        p->latest_gpu[ic] = ga_blob_ref(pg.full);
+    }
     ga_published_clear(&pc);
     ga_published_clear(&pg);
 }
@@ -91,6 +104,44 @@ static void apply_both(pair *p, uint32_t contributors, uint32_t ntensors, const 
     }
 }
 
+/* apply_both as the server's core applies (ga_store_apply_in_place, the latest full publication
+ * kept): on the CUDA store a step rewrites its host copy in place and publishes the same blob;
+ * on a step where `pulled` (a pull still streams the GPU's latest blob) that blob is never
+ * written and the step publishes a new one. */
+static void apply_both_in_place(pair *p, uint32_t contributors, uint32_t ntensors, const char *name, int step,
+                                bool pulled)
+{
+    ga_published pc[SCENARIO_MAX_TENSORS + 1], pg[SCENARIO_MAX_TENSORS + 1];
+    ga_blob *pull[SCENARIO_MAX_TENSORS + 1] = {0};
+    uint8_t *seen[SCENARIO_MAX_TENSORS + 1] = {0};
+    for (uint32_t t = 0; t < ntensors && pulled; t++) {
+        pull[t] = ga_blob_ref(p->latest_gpu[t]);
+        seen[t] = ga_malloc(pull[t]->size + 1);
+        assert_non_null(seen[t]);
+        memcpy(seen[t], pull[t]->data, pull[t]->size);
+    }
+    assert_int_equal(ga_store_apply_in_place(p->cpu, contributors, pc), GA_OK);
+    assert_int_equal(ga_store_apply_in_place(p->gpu, contributors, pg), GA_OK);
+    for (uint32_t t = 0; t < ntensors; t++) {
+        same_pub(&pc[t], &pg[t], name, step, t);
+        if (pulled) {
+            if (pg[t].full == pull[t]) fail_msg("%s: step %d tensor %u: a pulled blob was rewritten", name, step, t);
+            if (memcmp(seen[t], pull[t]->data, pull[t]->size) != 0)
+                fail_msg("%s: step %d tensor %u: a pulled blob changed", name, step, t);
+            ga_blob_unref(pull[t]);
+            ga_free(seen[t]);
+        } else if (pg[t].full != p->latest_gpu[t]) {
+            fail_msg("%s: step %d tensor %u: the CUDA store did not rewrite its host copy in place", name, step, t);
+        }
+        ga_blob_unref(p->latest_cpu[t]);
+        ga_blob_unref(p->latest_gpu[t]);
+        p->latest_cpu[t] = ga_blob_ref(pc[t].full);
+        p->latest_gpu[t] = ga_blob_ref(pg[t].full);
+        ga_published_clear(&pc[t]);
+        ga_published_clear(&pg[t]);
+    }
+}
+
 /* How a pass over the scenarios drives both stores: the server's own path lends the payloads
  * (ga_store_accumulate_lent, kept until the apply); a gradient block smaller than the chunks
  * makes the apply slice every held chunk; pull_auto_bits makes the 2bit pulls pick each
@@ -100,11 +151,12 @@ typedef struct variant {
     bool lend;
     size_t block_elems; /* 0: the scenario's */
     float pull_auto_bits; /* for 2bit pulls; 0: the scenario's */
+    bool in_place;        /* ga_store_apply_in_place, a pull holding the GPU's blob every third step */
 } variant;
 
 static const variant variants[] = {
-    {"copied", false, 0, 0.0f},
-    {"lent, 1024-element blocks, automatic 2bit pulls", true, 1024, 1.0f},
+    {"copied", false, 0, 0.0f, false},
+    {"lent, 1024-element blocks, automatic 2bit pulls, in place", true, 1024, 1.0f, true},
 };
 
 static void run_scenario(const scenario *sc, const variant *v)
@@ -117,6 +169,7 @@ static void run_scenario(const scenario *sc, const variant *v)
     uint64_t before = all_memory();
     pair p;
     pair_create(&p, &cfg);
+    p.in_place = v->in_place;
     for (uint32_t t = 0; t < sc->ntensors; t++) {
         size_t n = sc->sizes[t];
         float *init = ga_malloc((n ? n : 1) * sizeof *init);
@@ -162,7 +215,8 @@ static void run_scenario(const scenario *sc, const variant *v)
         /* The count is exactly what the CUDA store took, in every domain. */
         uint64_t cpu_bytes = ga_store_bytes(p.cpu);
         assert_int_equal(ga_store_bytes(p.gpu), all_memory() - before - cpu_bytes - chunk_bytes);
-        apply_both(&p, contributors, sc->ntensors, name, step);
+        if (v->in_place) apply_both_in_place(&p, contributors, sc->ntensors, name, step, step % 3 == 0);
+        else apply_both(&p, contributors, sc->ntensors, name, step);
         for (size_t i = 0; i < nheld; i++) chunks_free(held[i], counts[i]);
     }
     pair_destroy(&p);
