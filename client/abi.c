@@ -71,6 +71,7 @@ static const abi_row rows[] = {
     FIELD(ga_client_options, shard_split_elements),
     FIELD(ga_client_options, lanes),
     FIELD(ga_client_options, pull_auto_bits),
+    FIELD(ga_client_options, retry_budget_ms),
 
     SIZE(ga_dgc_options),
     FIELD(ga_dgc_options, enabled),

@@ -89,7 +89,11 @@ static ga_status rejoin(ga_client *c, ga_shard *sh, char *why, size_t cap)
     if (!empty || !c->inited || !sh->used) return GA_OK;
     /* Its message would name the init; the caller's names what was interrupted. */
     st = ga_shard_send_init(c, sh);
-    if (st != GA_OK) snprintf(why, cap, "%s", sh->err);
+    if (st != GA_OK && cap > 0) { /* sh->err may be longer than why: cut */
+        size_t n = strnlen(sh->err, cap - 1);
+        memcpy(why, sh->err, n);
+        why[n] = '\0';
+    }
     return st;
 }
 
@@ -102,17 +106,26 @@ bool ga_shard_retryable(ga_status st)
     return st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED;
 }
 
+bool ga_client_may_retry(const ga_client *c, uint32_t tries, double first_failure)
+{
+    if (tries >= c->opt.max_retries) return false;
+    return c->opt.retry_budget_ms == 0 || ga_client_now() - first_failure < 1e-3 * c->opt.retry_budget_ms;
+}
+
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
 {
     uint32_t delay = c->opt.backoff_ms;
+    double first_failure = 0.0;
     for (uint32_t tries = 0;; tries++) {
         why[0] = '\0';
         ga_status st = attempt(c, sh, arg, why, cap);
-        if ((st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB) && c->joined && tries < c->opt.max_retries) {
+        if (st != GA_OK && tries == 0) first_failure = ga_client_now();
+        bool may = ga_client_may_retry(c, tries, first_failure);
+        if ((st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB) && c->joined && may) {
             st = rejoin(c, sh, why, cap);
             if (st == GA_OK) continue;
         }
-        if (!ga_shard_retryable(st) || tries >= c->opt.max_retries) return st;
+        if (!ga_shard_retryable(st) || !may) return st;
         sh->retries++;
         sleep_ms(delay);
         delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;
@@ -328,15 +341,16 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
 
 /* A Join is idempotent (the same rank and incarnation joining again is a no-op), so one that ran
  * past its call timeout (a server slow to take its first calls) is sent again, as after
- * UNAVAILABLE, within the same max_retries. */
+ * UNAVAILABLE, within the same retry bounds. */
 static ga_status join_task(ga_client *c, ga_shard *sh)
 {
     Gradagg__V1__JoinResponse *resp = NULL;
     char why[256];
     ga_status st;
+    double first_failure = ga_client_now();
     for (uint32_t tries = 0;; tries++) {
         st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
-        if (st != GA_E_DEADLINE || tries >= c->opt.max_retries) break;
+        if (st != GA_E_DEADLINE || !ga_client_may_retry(c, tries, first_failure)) break;
         sh->retries++;
     }
     if (st != GA_OK)
@@ -384,7 +398,7 @@ static ga_status open_channels(ga_client *c, const ga_client_options *opt)
     if (token && (size_t)snprintf(authz, sizeof authz, "Bearer %s", opt->auth_token) >= sizeof authz)
         return ga_client_fail(c, GA_E_CONFIG, "options: auth_token longer than %zu characters", sizeof authz - 8);
     ga_channel_security sec = {opt->tls_ca_file, opt->tls_cert_file, opt->tls_key_file, opt->tls_target_name,
-                               token ? authz : NULL};
+                               token ? authz : NULL, opt->backoff_max_ms};
     char why[sizeof c->err - 64];
     ga_status st = GA_OK;
     for (uint32_t i = 0; i < c->nshards && st == GA_OK; i++) {

@@ -168,10 +168,13 @@ ga_status ga_shard_fail_call(ga_shard *sh, ga_status st, const char *why, const 
 typedef ga_status (*ga_attempt_fn)(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
 /* Runs attempt, again after a backoff while it returns GA_E_UNAVAILABLE, GA_E_DRAINING or
  * GA_E_CANCELLED (a stopping server cancels its open calls) and retries remain
- * (backoff_ms doubling up to backoff_max_ms, at most max_retries more times; each counts in
- * sh->retries); a lost membership of a joined client is joined again first (sh->rejoins).
- * Returns the last attempt's status; why holds its reason. */
+ * (ga_client_may_retry; backoff_ms doubling up to backoff_max_ms; each counts in sh->retries);
+ * a lost membership of a joined client is joined again first (sh->rejoins). Returns the last
+ * attempt's status; why holds its reason. */
 ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap);
+/* Whether a call that failed `tries` + 1 times, first at first_failure (ga_client_now), may be
+ * tried again: fewer than max_retries retries so far, and retry_budget_ms (if not 0) not spent. */
+bool ga_client_may_retry(const ga_client *c, uint32_t tries, double first_failure);
 /* The statuses ga_shard_retry retries: the server was unreachable, draining or stopping. */
 bool ga_shard_retryable(ga_status st);
 /* The shard's open step for this job, from a Join as the same incarnation (one attempt). */

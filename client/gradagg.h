@@ -69,8 +69,10 @@ typedef struct ga_client_options {
     size_t chunk_bytes;        /* payload bytes per streamed chunk */
     uint32_t call_timeout_ms;  /* deadline of each RPC that does not wait for a step */
     uint32_t step_timeout_ms;  /* how long a pull waits for the next version */
-    uint32_t max_retries;      /* retries of an UNAVAILABLE / DRAINING / CANCELLED call; 0 = none */
-    uint32_t backoff_ms;       /* first retry delay; doubles up to backoff_max_ms */
+    uint32_t max_retries;      /* retries of an UNAVAILABLE / DRAINING / CANCELLED call; 0 = none;
+                                  GA_RETRIES_UNBOUNDED: retry_budget_ms alone bounds them */
+    uint32_t backoff_ms;       /* first retry delay; doubles up to backoff_max_ms, which is also
+                                  the longest wait between reconnection attempts of a channel */
     uint32_t backoff_max_ms;
     int threads;               /* encode/decode threads; 0 = all */
     /* Security (docs/protocol.md, "Security"). The PEM files are read and checked at create
@@ -104,13 +106,26 @@ typedef struct ga_client_options {
      * "Pulls"; pull_params.threshold is then not used); 0 = pull_params.threshold, fixed. Every
      * rank must pass the same value. GA_CLIENT_OPTIONS_INIT: 0. */
     float pull_auto_bits;
+    /* How long a call that keeps failing with a retryable status (max_retries) is retried,
+     * counted from its first failure: what a server's restart may take, a rescheduled pod
+     * included (docs/protocol.md, "Retries"). 0 = max_retries alone bounds them.
+     * GA_CLIENT_OPTIONS_INIT: GA_RETRY_BUDGET_MS. */
+    uint32_t retry_budget_ms;
 } ga_client_options;
+
+/* max_retries without a count: retry_budget_ms bounds the retries. */
+#define GA_RETRIES_UNBOUNDED UINT32_MAX
+/* The default retry budget, 10 minutes: a node lost with the server's pod on it is noticed after
+ * Kubernetes' node-monitor grace (40 s) and its pods are evicted after the default
+ * not-ready/unreachable toleration (300 s); the new pod then starts and replays its journal. */
+#define GA_RETRY_BUDGET_MS 600000u
 
 #define GA_CLIENT_OPTIONS_INIT                                                                  \
     {sizeof(ga_client_options), "127.0.0.1:7070", "default", 0, 1, 0, GA_MODE_SYNC, false,      \
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
-     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000, 8, 50, 2000, 0, \
-     NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f}
+     0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000,              \
+     GA_RETRIES_UNBOUNDED, 50, 2000, 0, NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f,         \
+     GA_RETRY_BUDGET_MS}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on

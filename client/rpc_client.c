@@ -91,7 +91,7 @@ ga_status ga_channel_create_secure(const char *target, size_t max_message_bytes,
 {
     if (!target || !out || max_message_bytes == 0)
         return ga_status_fail(GA_E_INVAL, why, cap, "channel: no target, no output or a zero message limit");
-    static const ga_channel_security plain = {NULL, NULL, NULL, NULL, NULL};
+    static const ga_channel_security plain = {NULL, NULL, NULL, NULL, NULL, 0};
     if (!sec) sec = &plain;
     bool tls = sec->ca_file && sec->ca_file[0];
     if (!tls && ((sec->cert_file && sec->cert_file[0]) || (sec->key_file && sec->key_file[0])))
@@ -118,14 +118,18 @@ ga_status ga_channel_create_secure(const char *target, size_t max_message_bytes,
     }
     /* The limits on both sides (trap 5); no transparent retries: they would hold lent payloads
      * and the SDK decides itself what to resend. */
-    grpc_arg args[] = {
+    grpc_arg args[5] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = clamp_int(max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = clamp_int(max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_RETRIES, {.integer = 0}},
-        {GRPC_ARG_STRING, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, {.string = (char *)sec->target_name}},
     };
-    bool override = tls && sec->target_name && sec->target_name[0];
-    grpc_channel_args chargs = {sizeof args / sizeof args[0] - (override ? 0 : 1), args};
+    size_t nargs = 3;
+    if (sec->reconnect_max_ms)
+        args[nargs++] = (grpc_arg){GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                                   {.integer = clamp_int(sec->reconnect_max_ms)}};
+    if (tls && sec->target_name && sec->target_name[0])
+        args[nargs++] = (grpc_arg){GRPC_ARG_STRING, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, {.string = (char *)sec->target_name}};
+    grpc_channel_args chargs = {nargs, args};
     c->ch = grpc_channel_create(target, creds, &chargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {

@@ -18,7 +18,8 @@ typedef struct ga_stream ga_stream;
  * max_message_bytes. Returns owned (ga_channel_destroy). */
 ga_status ga_channel_create(const char *target, size_t max_message_bytes, ga_channel **out);
 
-/* How a channel authenticates. Paths and strings are borrowed for the create call only. */
+/* How a channel authenticates, and how soon it reconnects. Paths and strings are borrowed for
+ * the create call only. */
 typedef struct ga_channel_security {
     const char *ca_file;       /* PEM roots the server's certificate must chain to; NULL/"" = plaintext */
     const char *cert_file;     /* client certificate chain (PEM) for mutual TLS; NULL = none */
@@ -27,6 +28,9 @@ typedef struct ga_channel_security {
                                   target's host; NULL = the host */
     const char *authorization; /* value of the "authorization" metadata sent with every call
                                   ("Bearer <token>"; tests send malformed ones); NULL = none */
+    uint32_t reconnect_max_ms; /* longest wait between two connection attempts after the server
+                                  went away; 0 = gRPC's (120 s, which would leave a restarted
+                                  server unused for up to two minutes) */
 } ga_channel_security;
 
 /* ga_channel_create with TLS (ca_file set) and/or an authorization value. The PEM files are read

@@ -9,7 +9,8 @@
  *   joined rank R version V
  *   call K from V0 status NAME version V1 late 0|1 ms DURATION retries R
  *   done version V calls N retries R rejoins J late L
- * and writes the parameters (dense, then ind, raw float32) to --out. Exit 0 when done, 1 on an
+ * and writes the parameters (dense, then ind, raw float32) to --out. --hold-before-call K: before
+ * call K it reads a line from stdin (a test's gate: it lets the worker go on after an event). Exit 0 when done, 1 on an
  * error (after --keep-going: only when --max-calls is spent), 2 for bad arguments. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -26,7 +27,7 @@ typedef struct args {
     const char *server, *job, *out, *codec, *pull_codec;
     uint32_t rank, world, deadline_ms, quorum, call_timeout_ms, step_timeout_ms, retries, backoff_ms,
         backoff_max_ms, held_wait_ms, pause_ms;
-    uint64_t until, max_calls, first_call, elements, ballast;
+    uint64_t until, max_calls, first_call, elements, ballast, hold_before;
     float threshold, ratio;
     size_t chunk_kb;
     int keep_going;
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, args *a)
         {"deadline-ms", required_argument, NULL, 'd'},  {"quorum", required_argument, NULL, 'q'},
         {"chunk-kb", required_argument, NULL, 'k'},     {"call-timeout-ms", required_argument, NULL, 'T'},
         {"step-timeout-ms", required_argument, NULL, 'S'}, {"retries", required_argument, NULL, 'y'},
+        {"hold-before-call", required_argument, NULL, 'H'},
         {"backoff-ms", required_argument, NULL, 'b'},   {"backoff-max-ms", required_argument, NULL, 'B'},
         {"held-wait-ms", required_argument, NULL, 'h'}, {"keep-going", no_argument, NULL, 'K'},
         {"pause-ms", required_argument, NULL, 'p'},     {"ballast", required_argument, NULL, 'x'},
@@ -93,6 +95,7 @@ static int parse(int argc, char **argv, args *a)
         case 'K': a->keep_going = 1; break;
         case 'p': a->pause_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
         case 'x': a->ballast = strtoull(optarg, NULL, 10); break;
+        case 'H': a->hold_before = strtoull(optarg, NULL, 10); break;
         case 'o': a->out = optarg; break;
         default: return -1;
         }
@@ -111,7 +114,7 @@ int main(int argc, char **argv)
                         "  [--max-calls M] [--first-call K] [--elements N] [--codec C] [--threshold T] [--ratio X]\n"
                         "  [--pull-codec C] [--deadline-ms D] [--quorum Q] [--chunk-kb K] [--call-timeout-ms T]\n"
                         "  [--step-timeout-ms T] [--retries N] [--backoff-ms B] [--backoff-max-ms B]\n"
-                        "  [--held-wait-ms T] [--keep-going] [--pause-ms P] [--ballast N]\n");
+                        "  [--held-wait-ms T] [--keep-going] [--pause-ms P] [--ballast N] [--hold-before-call K]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -191,6 +194,10 @@ int main(int argc, char **argv)
             goto out;
         }
         if (a.pause_ms) sleep_ms(a.pause_ms);
+        if (a.hold_before && call == a.hold_before) {
+            char line[16];
+            if (!fgets(line, sizeof line, stdin)) printf("gate: stdin closed\n");
+        }
         for (size_t i = 0; i < nd; i++) gd[i] = ga_fault_dense_grad(a.rank, call, i);
         memset(gi, 0, ni * sizeof *gi);
         gi[ga_fault_slot(a.rank, a.world, call)] = 1.0f;

@@ -952,7 +952,7 @@ static void test_bad_input_table(void **state)
         {"replaced incarnation", row_stale_incarnation, GA_E_STALE},
         {"pull by a rank that never joined", row_not_member, GA_E_NOT_MEMBER},
     };
-    job_state st0, st1;
+    job_state st0 = {0}, st1 = {0};
     assert_int_equal(raw_status(&t, "bad", &st0), GA_OK);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         ga_status got = rows[i].send(&b);

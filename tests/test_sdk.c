@@ -177,6 +177,45 @@ static void join_retried(fake_faults *f, int *count, ga_status want, const char 
     *count = 0;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* With max_retries unbounded (the default), the retry budget alone ends the retries: a server
+ * that never answers fails the create once retry_budget_ms passed, not before, and not much
+ * later (one backoff). */
+static void retries_end_with_the_budget(void **state)
+{
+    (void)state;
+    fake_faults f = {.late_rank = -1, .join_unavailable = 1 << 30};
+    fake_server_set_faults(&f);
+    ga_client_options o = base_options(0, 1);
+    o.max_retries = GA_RETRIES_UNBOUNDED;
+    o.backoff_ms = 5, o.backoff_max_ms = 20, o.retry_budget_ms = 400;
+    ga_client *c = NULL;
+    char msg[256];
+    double t0 = now_s();
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_E_UNAVAILABLE);
+    double took = now_s() - t0;
+    assert_null(c);
+    assert_string_equal(msg, "join job 'job' rank 0 at fake: E_UNAVAILABLE: fake: join refused");
+    if (took < 0.4 || took > 5.0) fail_msg("create failed after %.3f s with a 0.4 s retry budget", took);
+    /* The budget counts from the first failure: a server that comes back within it is used. */
+    f.join_unavailable = 30; /* 30 refusals at most 20 ms apart: < 0.6 s, within a 5 s budget */
+    fake_server_set_faults(&f);
+    o.retry_budget_ms = 5000;
+    assert_int_equal(ga_client_create(&o, &c, msg, sizeof msg), GA_OK);
+    ga_client_stats st;
+    ga_client_get_stats(c, &st);
+    assert_int_equal(st.retries, 30);
+    ga_client_destroy(c);
+    f.join_unavailable = 0;
+    fake_server_set_faults(&f);
+}
+
 static void join_retries_unavailable_and_deadline(void **state)
 {
     (void)state;
@@ -503,6 +542,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(options_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(join_retries_unavailable_and_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(retries_end_with_the_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(tensors_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(step_dense_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(step_2bit_conserves, setup, teardown),

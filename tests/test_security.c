@@ -162,7 +162,7 @@ static void srv_stop(srv *v) { ga_server_destroy(v->s); }
 
 static ga_channel *chan(const srv *v, const char *ca, const char *cert, const char *key, const char *authz)
 {
-    ga_channel_security sec = {ca, cert, key, NULL, authz};
+    ga_channel_security sec = {ca, cert, key, NULL, authz, 0};
     ga_channel *ch = NULL;
     char why[512] = "";
     ga_status st = ga_channel_create_secure(v->target, MSG_LIMIT, &sec, &ch, why, sizeof why);

@@ -25,6 +25,7 @@ from .options import DGC, SGD, Adam, Stats
 ArrayLike = Any  # numpy.ndarray | torch.Tensor (torch is optional)
 Threshold = Union[float, str, None]
 
+_RETRIES_UNBOUNDED = 0xFFFFFFFF  # GA_RETRIES_UNBOUNDED: retry_budget_ms alone bounds the retries
 _MODES = {"sync": 0, "async": 1}
 _AUTO_LEVELS = ("mean", "threshold")  # ga_auto_level, in enum order
 _OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM, _OPTIM_REDUCE = 0, 1, 2, 3
@@ -147,6 +148,9 @@ class Client:
     (pull_threshold / pull_ratio its parameters; pull_threshold="auto" with "2bit": the server
     picks each piece's threshold and level at every version for pull_auto_bits bits per element,
     docs/auto-threshold.md). See gradagg.h for the other options.
+    A call that fails because the server is unreachable, draining or stopping is retried with
+    backoff for retry_budget_ms (10 minutes: a server's pod restarted or rescheduled; also bounded
+    by max_retries when given), so a restart of the server costs the workers only the wait.
 
     server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
     on every rank: tensors of at least shard_split_elements elements are cut into one range per
@@ -162,8 +166,8 @@ class Client:
                  deadline_ms: int = 0, quorum: int = 0,
                  pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
                  pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
-                 step_timeout_ms: int = 300000, max_retries: int = 8, backoff_ms: int = 50,
-                 backoff_max_ms: int = 2000, threads: int = 0, incarnation: int = 0,
+                 step_timeout_ms: int = 300000, max_retries: Optional[int] = None, backoff_ms: int = 50,
+                 backoff_max_ms: int = 2000, retry_budget_ms: int = 600000, threads: int = 0, incarnation: int = 0,
                  tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
                  tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
                  auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
@@ -216,7 +220,8 @@ class Client:
         o.chunk_bytes = _uint("chunk_bytes", chunk_bytes, _U64)
         o.call_timeout_ms = _uint("call_timeout_ms", call_timeout_ms)
         o.step_timeout_ms = _uint("step_timeout_ms", step_timeout_ms)
-        o.max_retries = _uint("max_retries", max_retries)
+        o.max_retries = _RETRIES_UNBOUNDED if max_retries is None else _uint("max_retries", max_retries)
+        o.retry_budget_ms = _uint("retry_budget_ms", retry_budget_ms)
         o.backoff_ms = _uint("backoff_ms", backoff_ms)
         o.backoff_max_ms = _uint("backoff_max_ms", backoff_max_ms)
         o.threads = _uint("threads", threads, (1 << 31) - 1)

@@ -21,12 +21,12 @@ from gradagg import _lib  # noqa: E402
 class Server:
     """A running gradagg-server: .addr is "127.0.0.1:<port>"."""
 
-    def __init__(self, binary: str, data_dir: Path, *extra: str) -> None:
-        self.log = data_dir / "server.log"
+    def __init__(self, binary: str, data_dir: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
+        self.binary, self.data_dir, self.extra = binary, data_dir, extra
+        self.log = data_dir / "server.log"  # appended to by every server started on data_dir
         self.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--data-dir", str(data_dir / "data"), "--admin-listen", "",
-             *extra],
-            stdout=subprocess.PIPE, stderr=open(self.log, "wb"), stdin=subprocess.DEVNULL)
+            [binary, "--listen", listen, "--data-dir", str(data_dir / "data"), "--admin-listen", "", *extra],
+            stdout=subprocess.PIPE, stderr=open(self.log, "ab"), stdin=subprocess.DEVNULL)
         line = b""
         end = time.monotonic() + 20.0
         assert self.proc.stdout is not None
@@ -43,12 +43,19 @@ class Server:
             pytest.fail(f"server did not start: {line!r}; log:\n{self.log.read_text(errors='replace')}")
         self.addr = line[len(prefix):].strip().decode()
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGKILL) -> None:
+        """Sends sig (SIGTERM: the server drains and exits 0) and waits for the exit."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=60)
         if self.proc.stdout:
             self.proc.stdout.close()
+        if sig == signal.SIGTERM and rc != 0:
+            pytest.fail(f"server exited {rc} after SIGTERM; log:\n{self.log.read_text(errors='replace')}")
+
+    def restart(self) -> "Server":
+        """The same server again: same address, data dir and arguments (after stop())."""
+        return Server(self.binary, self.data_dir, *self.extra, listen=self.addr)
 
 
 @pytest.fixture
