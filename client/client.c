@@ -357,17 +357,20 @@ static ga_status join_task(ga_client *c, ga_shard *sh)
         return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", sh->job, c->opt.rank, sh->addr);
     sh->version = resp->version;
     sh->step = resp->open_step;
+    sh->heartbeat_ms = resp->heartbeat_ms;
     protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
     return GA_OK;
 }
 
-/* Best effort: a worker that goes away should not hold its rank. */
+/* Best effort: a worker that goes away should not hold its rank; one that failed says why. */
 static ga_status leave_task(ga_client *c, ga_shard *sh)
 {
     Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
     req.job = sh->job;
     req.rank = c->opt.rank;
     req.incarnation = c->incarnation;
+    req.failed = c->failure != NULL;
+    req.reason = (char *)(c->failure ? c->failure : "");
     ProtobufCMessage *resp = NULL;
     char why[128];
     if (ga_call_unary(sh->ch, GA_METHOD_LEAVE, &req.base, c->opt.call_timeout_ms, &resp, why, sizeof why) == GA_OK)
@@ -455,6 +458,11 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     }
     c->version = ga_shards_version(c);
     c->joined = true;
+    if ((st = ga_heartbeat_start(c)) != GA_OK) {
+        ga_client_fail(c, st, "create: cannot start the heartbeat thread");
+        ga_shards_run(c, leave_task);
+        goto fail;
+    }
     *out = c;
     return GA_OK;
 
@@ -492,10 +500,18 @@ static void tensor_free(ga_tensor *t)
     ga_free(t->parts);
 }
 
+void ga_client_destroy_failed(ga_client *c, const char *reason)
+{
+    if (!c) return;
+    c->failure = reason ? reason : "";
+    ga_client_destroy(c);
+}
+
 void ga_client_destroy(ga_client *c)
 {
     if (!c) return;
     ga_client_async_free(c);
+    ga_heartbeat_stop(c);
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
     ga_shards_run(c, leave_task);
     ga_shards_free(c);

@@ -107,6 +107,7 @@ struct ga_shard {
     char err[512];
     uint64_t retries, rejoins, versions_lost, bytes_pulled;
     double apply_s;
+    uint32_t heartbeat_ms; /* how often the server wants a Heartbeat, from its Join answer (0: never) */
     pthread_t thread;      /* shards 1..n-1 when n > 1; shard 0's tasks run on the caller */
     bool has_thread;
     uint64_t seen;         /* the task generation it ran last */
@@ -117,6 +118,8 @@ struct ga_shard {
     bool pushed;           /* ... the push was acknowledged (or its step closed) */
     bool late;             /* ... but its bytes were not counted: fold back */
 };
+
+typedef struct ga_heartbeat ga_heartbeat;
 
 struct ga_client {
     ga_client_options opt; /* server and job point at owned copies; the TLS paths and the
@@ -154,8 +157,19 @@ struct ga_client {
     bool device_stale;     /* a pull succeeded but its copy to the device buffers did not */
     ga_async *async;       /* the step thread of ga_client_step_start (made at its first call) */
     bool in_flight;        /* an asynchronous step runs (atomic: read by any thread) */
+    ga_heartbeat *heartbeat; /* heartbeat.c; NULL: none runs */
+    const char *failure;   /* ga_client_destroy_failed: the reason its Leaves carry; NULL: finished */
     char err[512];
 };
+
+/* The heartbeat (heartbeat.c, docs/protocol.md "Failed ranks"): a thread that renews the
+ * client's member lease on every shard between calls, as often as the shards' Join answers ask
+ * (heartbeat_ms), so a rank busy with its own work is not taken for lost. One thread per
+ * address, so a server that is away does not hold up the others' heartbeats. Its calls' failures
+ * are ignored: a server away or refusing is the next call's business. Start after the join
+ * (no-op when no shard announced a lease); stop before the Leave (no-op when none runs). */
+ga_status ga_heartbeat_start(ga_client *c);
+void ga_heartbeat_stop(ga_client *c);
 
 /* Records and returns st with the message fmt (printf) in c->err. GA_OK clears it. */
 ga_status ga_client_fail(ga_client *c, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -207,6 +207,11 @@ typedef struct ga_client_stats {
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap);
 /* Leaves the job and frees the client. NULL is a no-op. */
 void ga_client_destroy(ga_client *c);
+/* ga_client_destroy for a worker that failed (an error it cannot go on from, an exception): its
+ * Leave tells the job so, with `reason` (a short text; the server keeps 200 printable bytes), and
+ * the job fails for every other rank unless its straggler policy goes on without this one
+ * (docs/protocol.md, "Failed ranks"). A worker that finished calls ga_client_destroy. */
+void ga_client_destroy_failed(ga_client *c, const char *reason);
 
 /* Registers a tensor of shape[0..ndim) (product = n elements). params (n floats) is borrowed
  * and must outlive the client: ga_client_init and ga_client_step write the pulled parameters

@@ -84,6 +84,9 @@ static const row rows[GA_CFG_KEYS] = {
                               "ranks that close a step at the deadline when a job sets none; 0 = world size"),
     [GA_CFG_MEMBER_LEASE_MS] = ROW_U32("member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", member_lease_ms, "10000", 100,
                                        86400000, "a member silent this long may be taken over by a new incarnation of its rank"),
+    [GA_CFG_RANK_LOST_MS] = ROW_U32("rank-lost-ms", "GRADAGG_RANK_LOST_MS", rank_lost_ms, "10000", 100, 86400000,
+                                    "a joined rank with no call, wait or heartbeat this long is lost: its job fails "
+                                    "(or goes on without it, by its straggler policy)"),
     [GA_CFG_DATA_DIR] = ROW_PATH("data-dir", "GRADAGG_DATA_DIR", data_dir, "./gradagg-data",
                                  "checkpoint directory; created if missing"),
     [GA_CFG_DRAIN_DELAY_MS] = ROW_U32("drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", drain_delay_ms, "0", 0, 600000,

@@ -35,6 +35,7 @@ typedef enum ga_config_key {
     GA_CFG_DEADLINE_MS,
     GA_CFG_QUORUM,
     GA_CFG_MEMBER_LEASE_MS,
+    GA_CFG_RANK_LOST_MS,
     GA_CFG_DATA_DIR,
     GA_CFG_DRAIN_DELAY_MS,
     GA_CFG_SHUTDOWN_GRACE_MS,
@@ -72,6 +73,7 @@ typedef struct ga_config {
     uint32_t deadline_ms;              /* straggler deadline when a job sets none; 0 = none */
     uint32_t quorum;                   /* straggler quorum when a job sets none; 0 = world size */
     uint32_t member_lease_ms;          /* a silent member is dropped after this */
+    uint32_t rank_lost_ms;             /* a silent member is lost after this: its job fails */
     char data_dir[GA_CONFIG_PATH_MAX]; /* checkpoints; created if missing */
     uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */
     uint32_t shutdown_grace_ms;        /* then calls still open are cancelled */

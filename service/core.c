@@ -24,7 +24,7 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     if (opt->version < known) return GA_E_CONFIG;
     memcpy(&o, opt, opt->version < sizeof o ? opt->version : sizeof o);
     o.version = sizeof o;
-    if (o.max_jobs == 0 || o.max_tensors == 0 || o.max_elements == 0 || o.threads < 0 || o.pull_chunk_bytes < 4 * GA_STORE_PIECE_ALIGN ||
+    if (o.max_jobs == 0 || o.max_tensors == 0 || o.rank_lost_ms == 0 || o.max_elements == 0 || o.threads < 0 || o.pull_chunk_bytes < 4 * GA_STORE_PIECE_ALIGN ||
         o.pull_chunk_bytes > ((size_t)1 << 30))
         return GA_E_CONFIG;
     ga_exec ex = {o.backend, 0, GA_SIMD_AUTO, NULL};
@@ -35,6 +35,10 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     if (!c) return GA_E_NOMEM;
     c->opt = o;
     c->loop = loop;
+    if ((st = ga_core_lease_start(c)) != GA_OK) {
+        ga_free(c);
+        return st;
+    }
     *out = c;
     return GA_OK;
 }
@@ -50,6 +54,7 @@ void ga_core_destroy(ga_core *c)
         uv_timer_stop(job->timer);
         ga_job_destroy(job);
     }
+    ga_core_lease_stop(c);
     ga_free(c->jobs);
     ga_free(c);
 }
@@ -73,7 +78,10 @@ uint64_t ga_core_bytes(const ga_core *c)
 
 void ga_core_touch(ga_core *c, ga_job *job, uint32_t rank)
 {
-    if (rank < job->world) job->members[rank].active_ms = uv_now(c->loop);
+    if (rank < job->world) {
+        job->members[rank].active_ms = uv_now(c->loop);
+        job->members[rank].unseen = false;
+    }
 }
 
 void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...)
@@ -214,8 +222,7 @@ static void member_take(ga_job *job, uint32_t rank, uint64_t incarnation)
     if (!job->async && ga_step_reinclude(&job->step, rank)) ga_core_step_advance(job);
 }
 
-/* Rank `rank` has left: the open sync step goes on without it. */
-static void member_leave(ga_job *job, uint32_t rank)
+void ga_core_member_gone(ga_job *job, uint32_t rank)
 {
     job->members[rank].left = true;
     if (!job->async && job->fault == GA_OK) {
@@ -230,9 +237,12 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
     if (change->rank >= job->world)
         return ga_status_fail(GA_E_PROTO, why, cap, "journal: member change of rank %u in a world of %u", change->rank,
                               job->world);
-    if (change->left) {
+    if (change->left == 2) { /* left as failed: its step waits for it, as it did live */
         job->members[change->rank].incarnation = change->incarnation;
-        member_leave(job, change->rank);
+        job->members[change->rank].left = true;
+    } else if (change->left) {
+        job->members[change->rank].incarnation = change->incarnation;
+        ga_core_member_gone(job, change->rank);
     } else {
         member_take(job, change->rank, change->incarnation);
     }
@@ -289,10 +299,18 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     if (!job) {
         GA_CHECK_GOTO(create_job(c, req, &job, why), st, done);
     } else {
-        char path[96];
+        char path[200];
         if (ga_job_config_diff(job->config, req->config, path, sizeof path)) {
             st = GA_E_JOB_CONFIG;
-            snprintf(why, sizeof why, "job '%s' exists with a different config: field %s differs", job->name, path);
+            snprintf(why, sizeof why, "job '%.60s' exists with a different config: field %s differs", job->name, path);
+            /* Before the job's first push, ranks that disagree on it are a broken launch: every
+             * one fails now rather than waiting for this rank. Later, a running job is not
+             * failed by a stray Join (a rerun under its name with other settings). */
+            if (!job->any_commit && req->rank < job->world && job->fault == GA_OK) {
+                char what[GA_WHY_CAP];
+                snprintf(what, sizeof what, "joined with another config: field %s differs", path);
+                ga_core_rank_failed(job, req->rank, false, what);
+            }
             goto done;
         }
         if (req->rank >= job->world) {
@@ -306,7 +324,13 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
         snprintf(why, sizeof why, "%s", job->fault_why);
         goto done;
     }
+    if (job->failed_incarnations && job->failed_incarnations[req->rank] == req->incarnation) {
+        st = GA_E_RANK_FAILED; /* it saw the failure: only a new incarnation comes back */
+        snprintf(why, sizeof why, "%s", job->rank_failure);
+        goto done;
+    }
     GA_CHECK_GOTO(take_rank(c, job, req->rank, req->incarnation, why), st, done);
+    ga_core_rank_replaced(job);
 
     Gradagg__V1__JoinResponse resp = GRADAGG__V1__JOIN_RESPONSE__INIT;
     Gradagg__V1__TensorInfo *infos = ga_malloc((job->ntensors + 1) * sizeof *infos);
@@ -320,6 +344,7 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     resp.version = job->version;
     resp.open_step = job->async ? job->version : job->step.step;
     resp.world_size = job->world;
+    resp.heartbeat_ms = c->opt.rank_lost_ms / 4 ? c->opt.rank_lost_ms / 4 : 1;
     tensor_infos(job, infos, ptrs, &resp.n_tensors);
     resp.tensors = ptrs;
     ga_call_finish(call, &resp.base, GA_OK, NULL);
@@ -333,6 +358,18 @@ done:
 
 /* ---- Leave ---- */
 
+/* A worker's reason as a log line and a message may carry it: at most 200 bytes, printable
+ * ASCII (anything else becomes '?'), "no reason given" when empty. Static buffer: loop thread. */
+static const char *reason_text(const char *reason)
+{
+    static char out[201];
+    size_t n = 0;
+    for (; reason && reason[n] && n < sizeof out - 1; n++)
+        out[n] = reason[n] >= 0x20 && reason[n] < 0x7f ? reason[n] : '?';
+    out[n] = '\0';
+    return n ? out : "no reason given";
+}
+
 void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
 {
     char why[GA_WHY_CAP];
@@ -343,15 +380,28 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
         snprintf(why, sizeof why, "job '%s' does not exist", req->job ? req->job : "");
         goto done;
     }
+    bool saw_failure = false; /* an incarnation a rank's failure was reported to may still leave */
     if (req->rank < job->world) {
         ga_member *m = &job->members[req->rank];
         if (m->incarnation == req->incarnation && req->incarnation != 0 && m->left) goto ok; /* said twice */
+        saw_failure = job->failed_incarnations && job->failed_incarnations[req->rank] == req->incarnation &&
+                      m->incarnation == req->incarnation;
     }
-    GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, done);
-    ga_journal_member change = {req->rank, 1, req->incarnation};
+    if (!saw_failure) GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, done);
+    bool failing = req->failed && !saw_failure;
+    ga_journal_member change = {req->rank, failing && !ga_core_rank_goes_on(job) ? 2 : 1, req->incarnation};
     GA_CHECK_GOTO(ga_persist_member(job, &change, why), st, done);
     ga_core_touch(c, job, req->rank);
-    member_leave(job, req->rank);
+    if (failing) {
+        /* Gone, but its step does not close without it unless the job goes on without it. */
+        char what[GA_WHY_CAP];
+        snprintf(what, sizeof what, "failed: %s", reason_text(req->reason));
+        job->members[req->rank].left = true;
+        if (ga_core_rank_failed(job, req->rank, false, what)) ga_core_member_gone(job, req->rank);
+    } else {
+        ga_core_member_gone(job, req->rank);
+    }
+    ga_core_rank_replaced(job);
 ok:;
     Gradagg__V1__LeaveResponse resp = GRADAGG__V1__LEAVE_RESPONSE__INIT;
     ga_call_finish(call, &resp.base, GA_OK, NULL);

@@ -379,7 +379,13 @@ void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
     }
     it->init = init;
     bool pending = false;
-    GA_CHECK_GOTO(check_init(c, job, it, &pending, why), st, refuse);
+    st = check_init(c, job, it, &pending, why);
+    if (st == GA_E_SHAPE && !c->replaying && !job->any_commit) { /* a broken launch: every rank fails now */
+        char what[GA_WHY_CAP + 32];
+        snprintf(what, sizeof what, "disagrees on the model: %s", why);
+        ga_core_rank_failed(job, init->rank, false, what);
+    }
+    if (st != GA_OK) goto refuse;
     if (it->missing) {
         park(job, call, init);
         ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);

@@ -23,6 +23,7 @@ struct ga_core {
     uint64_t corrupt_checkpoints; /* skipped at restore */
     void (*drain_done)(void *arg);
     void *drain_arg;
+    uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */
 };
 
 ga_job *ga_core_job(ga_core *c, const char *name);
@@ -35,6 +36,25 @@ void ga_core_job_idle(void *job);
 /* A store call failed: the job refuses further work with `st` and this message; its waiting
  * pulls are finished with it. */
 void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Rank `rank` is gone (a Leave, or lost under a policy that goes on without it): the open sync
+ * step goes on without it. */
+void ga_core_member_gone(ga_job *job, uint32_t rank);
+
+/* Failed ranks (core_ranks.c). A rank failed (lost: its lease lapsed; else a failed Leave),
+ * `what` says how: the job goes on without it when its straggler policy allows (returns true),
+ * else every incarnation that is a member now gets GA_E_RANK_FAILED from now on, waiting calls
+ * at once (returns false). */
+bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what);
+/* The job's straggler policy closes steps without some ranks (a deadline and a quorum below
+ * the world size): it goes on without a failed rank. */
+bool ga_core_rank_goes_on(const ga_job *job);
+/* After a member change: forgets the failure once every incarnation it was reported to was
+ * replaced or left. */
+void ga_core_rank_replaced(ga_job *job);
+/* The periodic check of the members' leases (every rank_lost_ms / 4), and its end. */
+ga_status ga_core_lease_start(ga_core *c);
+void ga_core_lease_stop(ga_core *c);
 
 /* Sync steps (core_push.c). */
 void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in rank order */

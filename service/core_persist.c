@@ -292,13 +292,11 @@ static ga_status restore_begin(void *arg, ga_ckpt_meta *m, char *why, size_t cap
     if (st != GA_OK) return ga_status_fail(st, why, cap, "%s", msg);
     ga_job *job = r->job;
     if (job->world != m->world) return ga_status_fail(GA_E_PROTO, why, cap, "world size differs from the config");
-    uint64_t now = uv_now(r->c->loop);
     for (uint32_t i = 0; i < m->world; i++) {
         const ga_ckpt_member *x = &m->members[i];
         ga_member *y = &job->members[i];
         y->incarnation = x->incarnation, y->last_step = x->last_step, y->commit_mask = x->commit_mask;
         y->has_pushed = x->has_pushed, y->left = x->left;
-        y->active_ms = now; /* a lease starts afresh at restore */
         if (x->has_pushed) job->any_commit = true;
     }
     job->version = job->target = job->steps = m->version;
@@ -462,5 +460,12 @@ ga_status ga_core_restore(ga_core *c, char *why, size_t cap)
         if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) restore_dir(c, dir);
     }
     ga_file_names_free(names, n);
+    /* Every restored member's lease starts now, and lasts until its worker reconnected. */
+    uint64_t now = uv_now(c->loop);
+    for (size_t j = 0; j < c->njobs; j++)
+        for (uint32_t r = 0; r < c->jobs[j]->world; r++) {
+            c->jobs[j]->members[r].active_ms = now;
+            c->jobs[j]->members[r].unseen = true;
+        }
     return GA_OK;
 }

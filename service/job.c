@@ -87,6 +87,8 @@ static const void *field_at(const ProtobufCMessage *m, const ProtobufCFieldDescr
 /* Compares one field of a and b (either message may be NULL: all defaults). */
 static bool field_same(const ProtobufCFieldDescriptor *f, const ProtobufCMessage *a, const ProtobufCMessage *b,
                        char *path, size_t cap, size_t used);
+static bool field_same_value(const ProtobufCFieldDescriptor *f, const ProtobufCMessage *a, const ProtobufCMessage *b,
+                             char *path, size_t cap, size_t used);
 
 static const char *diff_message(const ProtobufCMessageDescriptor *d, const ProtobufCMessage *a,
                                 const ProtobufCMessage *b, char *path, size_t cap, size_t used)
@@ -96,8 +98,52 @@ static const char *diff_message(const ProtobufCMessageDescriptor *d, const Proto
     return NULL;
 }
 
+/* A scalar field's value as text (p NULL: its default, zero). */
+static void value_text(const ProtobufCFieldDescriptor *f, const void *p, char *buf, size_t cap)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *v = p ? *(char *const *)p : NULL;
+        snprintf(buf, cap, "'%.40s'", v ? v : "");
+        return;
+    }
+    case PROTOBUF_C_TYPE_BOOL: snprintf(buf, cap, "%s", p && *(const protobuf_c_boolean *)p ? "true" : "false"); return;
+    case PROTOBUF_C_TYPE_FLOAT: snprintf(buf, cap, "%.9g", p ? (double)*(const float *)p : 0.0); return;
+    case PROTOBUF_C_TYPE_DOUBLE: snprintf(buf, cap, "%.17g", p ? *(const double *)p : 0.0); return;
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_ENUM: snprintf(buf, cap, "%d", p ? *(const int32_t *)p : 0); return;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32: snprintf(buf, cap, "%u", p ? *(const uint32_t *)p : 0u); return;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64: snprintf(buf, cap, "%lld", p ? (long long)*(const int64_t *)p : 0LL); return;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        snprintf(buf, cap, "%llu", p ? (unsigned long long)*(const uint64_t *)p : 0ULL);
+        return;
+    default: snprintf(buf, cap, "(%zu bytes)", p ? ((const ProtobufCBinaryData *)p)->len : (size_t)0); return;
+    }
+}
+
+/* Compares one field, and on a difference appends both values to the path. */
 static bool field_same(const ProtobufCFieldDescriptor *f, const ProtobufCMessage *a, const ProtobufCMessage *b,
                        char *path, size_t cap, size_t used)
+{
+    bool same = field_same_value(f, a, b, path, cap, used);
+    if (!same && f->type != PROTOBUF_C_TYPE_MESSAGE) {
+        char va[64], vb[64];
+        value_text(f, field_at(a, f), va, sizeof va);
+        value_text(f, field_at(b, f), vb, sizeof vb);
+        size_t n = strlen(path);
+        snprintf(path + n, cap > n ? cap - n : 0, " (%s, not %s)", va, vb);
+    }
+    return same;
+}
+
+static bool field_same_value(const ProtobufCFieldDescriptor *f, const ProtobufCMessage *a, const ProtobufCMessage *b,
+                             char *path, size_t cap, size_t used)
 {
     int w = snprintf(path + used, cap > used ? cap - used : 0, "%s%s", used ? "." : "", f->name);
     size_t here = used + (w > 0 ? (size_t)w : 0);
@@ -194,6 +240,7 @@ static void job_free_fields(ga_job *job)
         ga_push_free(p);
     }
     ga_free(job->members);
+    ga_free(job->failed_incarnations);
     if (job->config) protobuf_c_message_free_unpacked(&job->config->base, &ga_wire_allocator);
     ga_free(job->name);
     ga_journal_close(&job->journal);
@@ -351,6 +398,8 @@ ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarna
     if (rank >= job->world)
         return ga_status_fail(GA_E_RANK, why, cap, "rank %u outside [0, %u) of job '%s'", rank, job->world, job->name);
     const ga_member *m = &job->members[rank];
+    if (job->failed_incarnations && job->failed_incarnations[rank] == incarnation && incarnation != 0)
+        return ga_status_fail(GA_E_RANK_FAILED, why, cap, "%s", job->rank_failure);
     if (m->incarnation == incarnation && incarnation != 0) {
         if (m->left)
             return ga_status_fail(GA_E_NOT_MEMBER, why, cap, "rank %u (incarnation %" PRIu64 ") left job '%s'", rank, incarnation,

@@ -24,6 +24,8 @@ typedef struct ga_member {
     uint64_t replaced[GA_JOB_REPLACED]; /* earlier incarnations, newest first */
     bool left;
     uint64_t active_ms;     /* uv_now of its last call */
+    bool unseen;            /* restored at start-up, no call since: its lease is longer (core_ranks.c) */
+    uint64_t lost;          /* the incarnation whose lease lapsed, reported once (core_ranks.c); 0: none */
     uint32_t pulls_waiting; /* a worker blocked in a pull is active */
     uint32_t inits_waiting; /* ... and one blocked in an awaiting init */
     bool has_pushed;
@@ -92,6 +94,12 @@ typedef struct ga_job {
     ga_init_wait *init_waits; /* parked awaiting inits, oldest first */
     ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];
+    /* A rank failed (core_ranks.c): the incarnation each rank had then (0: none or gone), every
+     * one of which is refused from then on with GA_E_RANK_FAILED and rank_failure; NULL when no
+     * rank failed, or once every one of them was replaced or left. */
+    uint64_t *failed_incarnations;
+    char rank_failure[320];
+    uint64_t ranks_failed, ranks_lost; /* failed Leaves and lapsed leases, for the metrics */
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;
@@ -134,8 +142,9 @@ typedef struct ga_job_settings {
 ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_options *opt, ga_job_settings *out,
                                char *why, size_t cap);
 
-/* The first field (dotted path, "optimizer.lr") where two configs differ, comparing values (an
- * absent message equals its defaults, floats by bits); NULL when they are the same. */
+/* The first field where two configs differ, comparing values (an absent message equals its
+ * defaults, floats by bits), as its dotted path and both values, a's first:
+ * "optimizer.lr (0.100000001, not 0.0500000007)"; NULL when they are the same. */
 const char *ga_job_config_diff(const Gradagg__V1__JobConfig *a, const Gradagg__V1__JobConfig *b, char *path,
                                size_t cap);
 
@@ -159,7 +168,8 @@ long ga_job_tensor_add(ga_job *job, const char *name, const uint64_t *shape, siz
 void ga_job_tensor_truncate(ga_job *job, size_t from);
 
 /* Whether (rank, incarnation) may act in the job: GA_E_RANK, GA_E_NOT_MEMBER (never joined,
- * left, or an unknown incarnation), GA_E_STALE (a replaced incarnation). Message in why. */
+ * left, or an unknown incarnation), GA_E_STALE (a replaced incarnation), GA_E_RANK_FAILED (an
+ * incarnation that was a member when a rank failed). Message in why. */
 ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarnation, char *why, size_t cap);
 
 /* Estimated bytes the store will hold for n more elements (parameters, sum, optimizer state,

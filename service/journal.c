@@ -405,7 +405,7 @@ ga_status ga_journal_decode_member(const ga_journal_record *r, ga_journal_member
     ga_journal_member m;
     if (r->len != sizeof m) return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a member change", r->seq);
     memcpy(&m, r->body, sizeof m);
-    if (m.left > 1 || m.incarnation == 0)
+    if (m.left > 2 || m.incarnation == 0)
         return ga_status_fail(GA_E_PROTO, why, cap, "journal record (seq %" PRIu64 ") is not a member change", r->seq);
     *out = m;
     return GA_OK;

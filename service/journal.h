@@ -32,9 +32,10 @@ typedef enum ga_journal_type {
     GA_JOURNAL_MEMBER = 5, /* body: ga_journal_member; a rank left, came back, or changed hands */
 } ga_journal_type;
 
-/* The body of a MEMBER record: rank `rank` is now held by `incarnation` and has left (left 1),
- * or is back after a Leave or taken over by a new incarnation (left 0). A rank's first join and
- * its worker's rejoins are not journaled: a worker rejoins a restarted server by itself. */
+/* The body of a MEMBER record: rank `rank` is now held by `incarnation` and has left (left 1;
+ * left 2: as failed, its open step still waiting for it), or is back after a Leave or taken over
+ * by a new incarnation (left 0). A rank's first join and its worker's rejoins are not journaled:
+ * a worker rejoins a restarted server by itself. */
 typedef struct ga_journal_member {
     uint32_t rank;
     uint32_t left;

@@ -244,6 +244,7 @@ static void setup(void *arg)
     co.default_deadline_ms = c->deadline_ms;
     co.default_quorum = c->quorum;
     co.member_lease_ms = c->member_lease_ms;
+    co.rank_lost_ms = c->rank_lost_ms;
     co.max_elements = c->max_elements;
     co.data_dir = c->data_dir;
     co.checkpoint_steps = c->checkpoint_steps;

@@ -621,36 +621,61 @@ static void others_await_rank0_values(void **state)
 
 /* ---- errors ---- */
 
+/* A worker's step after another rank made the job fail: E_RANK_FAILED, with the rank and why. */
+static void step_sees_failure(worker *wk, const char *why)
+{
+    const float *g[2] = {wk->gbig, wk->gsmall};
+    assert_int_equal(ga_client_step(wk->c, g), GA_E_RANK_FAILED);
+    if (!strstr(ga_client_error(wk->c), why)) fail_msg("'%s' does not say '%s'", ga_client_error(wk->c), why);
+}
+
 static void errors_carry_exact_status(void **state)
 {
     (void)state;
     char msg[512];
     static worker wk;
-    ga_client_options o = options("errors", 0, 2);
     ga_tensor_options t = GA_TENSOR_OPTIONS_INIT;
+    ga_client *c = NULL;
+
+    /* Another configuration for the same job, before it trained: the joiner gets E_JOB_CONFIG
+     * with both values, and the job fails for its other ranks at once (a broken launch). */
+    ga_client_options o = options("errors-config", 0, 2);
     worker_open(&wk, &o, &t);
     assert_int_equal(ga_client_init(wk.c), GA_OK);
-
-    /* Another configuration for the same job. */
-    ga_client_options other = options("errors", 1, 3);
-    ga_client *c = NULL;
+    ga_client_options other = options("errors-config", 1, 3);
     assert_int_equal(ga_client_create(&other, &c, msg, sizeof msg), GA_E_JOB_CONFIG);
     assert_null(c);
-    assert_non_null(strstr(msg, "join job 'errors' rank 1 at 127.0.0.1:"));
+    assert_non_null(strstr(msg, "join job 'errors-config' rank 1 at 127.0.0.1:"));
     assert_non_null(strstr(msg, ": E_JOB_CONFIG: "));
-    /* Rank 0 claimed by a second process while the first is alive. */
-    ga_client_options dup = options("errors", 0, 2);
-    assert_int_equal(ga_client_create(&dup, &c, msg, sizeof msg), GA_E_RANK_HELD);
-    assert_non_null(strstr(msg, ": E_RANK_HELD: "));
-    /* A tensor of another shape. */
-    ga_client_options r1 = options("errors", 1, 2);
+    assert_non_null(strstr(msg, "field world_size (2, not 3) differs"));
+    step_sees_failure(&wk, "job 'errors-config' failed: rank 1 joined with another config: field world_size (2, "
+                           "not 3) differs");
+    worker_close(&wk);
+
+    /* A tensor of another shape: E_SHAPE with both shapes, and the job fails for the others. */
+    o = options("errors-shape", 0, 2);
+    worker_open(&wk, &o, &t);
+    assert_int_equal(ga_client_init(wk.c), GA_OK);
+    ga_client_options r1 = options("errors-shape", 1, 2);
     assert_int_equal(ga_client_create(&r1, &c, msg, sizeof msg), GA_OK);
     float p[10] = {0};
     uint64_t shape[1] = {10};
     assert_int_equal(ga_client_add_tensor(c, "big", shape, 1, p, &t, NULL), GA_OK);
     assert_int_equal(ga_client_init(c), GA_E_SHAPE);
     assert_non_null(strstr(ga_client_error(c), "init of 1 tensors: E_SHAPE: "));
+    assert_non_null(strstr(ga_client_error(c), "exists with shape [400, 500]; this init gives [10]"));
     ga_client_destroy(c);
+    step_sees_failure(&wk, "rank 1 disagrees on the model: tensor 'big' exists with shape [400, 500]; this init "
+                           "gives [10]");
+    worker_close(&wk);
+
+    o = options("errors", 0, 1);
+    worker_open(&wk, &o, &t);
+    assert_int_equal(ga_client_init(wk.c), GA_OK);
+    /* Rank 0 claimed by a second process while the first is alive. */
+    ga_client_options dup = options("errors", 0, 1);
+    assert_int_equal(ga_client_create(&dup, &c, msg, sizeof msg), GA_E_RANK_HELD);
+    assert_non_null(strstr(msg, ": E_RANK_HELD: "));
     /* A push for a step the server has not opened (as if it had come back at an older
      * checkpoint): the worker moves back to the server's open step 0 and pushes it there. */
     wk.c->shards[0].step = 4;

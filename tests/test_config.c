@@ -282,6 +282,7 @@ static void test_help_lists_every_row(void **state)
         {"--deadline-ms", "GRADAGG_DEADLINE_MS", NULL},
         {"--quorum", "GRADAGG_QUORUM", NULL},
         {"--member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", NULL},
+        {"--rank-lost-ms", "GRADAGG_RANK_LOST_MS", NULL},
         {"--data-dir", "GRADAGG_DATA_DIR", "./gradagg-data"},
         {"--drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", NULL},
         {"--shutdown-grace-ms", "GRADAGG_SHUTDOWN_GRACE_MS", NULL},

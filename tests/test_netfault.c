@@ -141,7 +141,8 @@ static void cut_and_restore(cut_kind kind)
     const char *job = names[kind];
     ga_test_server s = {0};
     ga_test_fresh_dir(s.dir, sizeof s.dir, base_dir);
-    static const char *const sargs[] = {"--log-level=info", NULL};
+    /* A cut shorter than --rank-lost-ms is a stall, not a lost rank (test_failures.py: longer). */
+    static const char *const sargs[] = {"--log-level=info", "--rank-lost-ms=30000", NULL};
     fault_server_start(&s, ns_srv, ip_srv, 0, sargs, NULL);
     char addr[64], until[16], calls[16];
     snprintf(addr, sizeof addr, "%s:%d", ip_srv, s.port);

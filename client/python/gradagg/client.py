@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -131,6 +133,36 @@ class TensorInfo:
     ptr: int
 
 
+
+def failure_text(exc: BaseException) -> str:
+    """What a failed rank tells the job: the exception's type and message, on one line."""
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:200]
+
+
+#: Clients not closed yet: an exception that ends the program closes them as failed.
+_open_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_hook_installed = False
+
+
+def _install_excepthook() -> None:
+    """Once: an exception that ends the program closes every open client as failed before the
+    previous hook reports it, so the other ranks learn of it at once, not a lease later."""
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def hook(tp: Any, value: BaseException, tb: Any) -> None:
+        for client in list(_open_clients):
+            try:
+                client.close(failure_text(value))
+            except Exception:  # noqa: BLE001 - the original exception is the one to report
+                pass
+        previous(tp, value, tb)
+
+    sys.excepthook = hook
+
 class Client:
     """One worker (one rank of one job) of a gradagg-server.
 
@@ -240,21 +272,32 @@ class Client:
         if st != 0:
             raise error_for(st, msg.value.decode(errors="replace"))
         self._handle = handle
+        _open_clients.add(self)
+        _install_excepthook()
 
     # ---- life ----
 
-    def close(self) -> None:
+    def close(self, failure: Optional[str] = None) -> None:
         """Leaves the job (best effort) and frees the C client. Idempotent. The registered arrays
-        are released afterwards; they keep the last parameters pulled."""
+        are released afterwards; they keep the last parameters pulled.
+
+        failure: this rank failed (why, in a few words): the job fails for every other rank,
+        naming this one and the reason, unless its straggler policy goes on without it
+        (docs/protocol.md, "Failed ranks"). Leaving a ``with`` block by an exception, or an
+        exception that ends the program, closes with the exception as the failure."""
         lock = getattr(self, "_lock", None)
         if lock is None:
             return
         with lock:
             h, self._handle = self._handle, None
             if h is not None and h.value:
-                _lib.ga_client_destroy(h)  # waits for a step in flight
+                if failure is None:
+                    _lib.ga_client_destroy(h)  # waits for a step in flight
+                else:
+                    _lib.ga_client_destroy_failed(h, failure.encode(errors="replace"))
             self._keep = []
             self._in_flight = None
+            _open_clients.discard(self)
 
     @property
     def closed(self) -> bool:
@@ -263,8 +306,8 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(failure_text(exc) if exc is not None else None)
 
     def __del__(self) -> None:
         try:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 import torch
 
 from ._comm_hook import CommHookState, comm_hook
-from .client import Client, codec_has_residual, lane_job
+from .client import Client, codec_has_residual, failure_text, lane_job
 from .options import DGC, SGD, Adam
 
 __all__ = ["DistributedOptimizer", "CommHookState", "comm_hook", "bucket_plan", "MAX_BUCKETS", "TOPK_TRAINING"]
@@ -399,17 +399,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for client in self.clients:
             client.set_epoch(epoch)
 
-    def close(self) -> None:
+    def close(self, failure: Optional[str] = None) -> None:
         """Leaves the job; the model keeps the last parameters pulled. Backward passes after it
-        no longer reach this optimizer."""
+        no longer reach this optimizer. failure: this rank failed, as gradagg.Client.close
+        takes it (leaving a ``with`` block by an exception passes the exception)."""
         for _, handle in getattr(self, "_hooks", []):
             handle.remove()
         self._hooks = []
         for client in getattr(self, "clients", []):
-            client.close()
+            client.close(failure)
 
     def __enter__(self) -> "DistributedOptimizer":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(failure_text(exc) if exc is not None else None)
