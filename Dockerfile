@@ -1,5 +1,6 @@
-# gradagg-server image: a builder stage compiles the server, a slim runtime stage holds the binary,
-# the shared libraries it links (found from the binary, nothing else) and a non-root user.
+# gradagg-server image: a builder stage compiles the server and the SDK's example worker, a slim
+# runtime stage holds the binaries, the shared libraries they link (found from the binaries,
+# nothing else) and a non-root user.
 #
 # CPU image (default), from Docker Hub's debian:bookworm-slim:
 #   podman build -t gradagg:0.1.0 .
@@ -46,12 +47,14 @@ RUN cuda_flags="-DGA_WITH_CUDA=OFF"; \
     elif [ "$CUDA" != off ]; then echo "CUDA must be off or on, not '$CUDA'" >&2; exit 1; fi; \
     cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=OFF -DGA_BUILD_BENCH=OFF \
           $cuda_flags \
-    && ninja -C /build gradagg-server \
-    && install -D -m 0755 -s /build/service/gradagg-server /out/usr/local/bin/gradagg-server
-# The runtime packages are the ones owning the libraries the binary links, so the list follows the
+    && ninja -C /build gradagg-server softmax_train \
+    && install -D -m 0755 -s /build/service/gradagg-server /out/usr/local/bin/gradagg-server \
+    && install -D -m 0755 -s /build/client/softmax_train /out/usr/local/bin/softmax_train
+# The runtime packages are the ones owning the libraries the binaries link, so the list follows the
 # distribution (Debian 12 libgrpc29, Ubuntu 24.04 libgrpc29t64, ...). dpkg records /lib paths under
 # either prefix (merged /usr), so both are tried.
-RUN set -e; ldd /out/usr/local/bin/gradagg-server | awk '/=> \// { print $3 }' > /tmp/libs; \
+RUN set -e; ldd /out/usr/local/bin/gradagg-server /out/usr/local/bin/softmax_train \
+      | awk '/=> \// { print $3 }' | sort -u > /tmp/libs; \
     : > /tmp/packages; \
     while read -r lib; do \
       alt=$(echo "$lib" | sed -e 's|^/usr/lib/|/lib/|;t' -e 's|^/lib/|/usr/lib/|'); \
@@ -87,8 +90,10 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && mkdir -p /var/lib/gradagg \
     && chown 10001:10001 /var/lib/gradagg \
     && chmod 0750 /var/lib/gradagg
-COPY --from=builder /out/usr/local/bin/gradagg-server /usr/local/bin/gradagg-server
-RUN if ldd /usr/local/bin/gradagg-server | grep 'not found'; then exit 1; fi \
+# The server, and the SDK's example worker (client/examples/softmax_train.c) that
+# deploy/examples/training-job.yaml runs.
+COPY --from=builder /out/usr/local/bin/gradagg-server /out/usr/local/bin/softmax_train /usr/local/bin/
+RUN if ldd /usr/local/bin/gradagg-server /usr/local/bin/softmax_train | grep 'not found'; then exit 1; fi \
     && /usr/local/bin/gradagg-server --help > /dev/null
 ENV GRADAGG_BACKEND=${BACKEND} \
     GRADAGG_LISTEN=0.0.0.0:7070 \
