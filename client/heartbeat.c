@@ -1,5 +1,6 @@
 /* The heartbeat: threads of the client, one per address, that renew its member lease on every
  * shard between calls (client_internal.h; docs/protocol.md, "Failed ranks"). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, pthread_cond_timedwait */
 #include <errno.h>
 #include <pthread.h>
 #include <time.h>
