@@ -3,10 +3,12 @@
  * retries and lost acknowledgements, late pushes folded into the residual (nothing lost),
  * refused pushes, broken pulls (fp32 and delta), delta pulls bit-exact, W workers in threads
  * holding identical parameters. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <cmocka.h>
 

@@ -53,6 +53,21 @@ def steps_until_failure(c: gradagg.Client, p: np.ndarray, limit: int = 1000) -> 
     pytest.fail(f"{limit} steps and no failure")
 
 
+def rank_1_program(server: Server, job: str, then: str, **popen: Any) -> subprocess.Popen:
+    """Rank 1 of a world of 2 as a Python program of its own: 3 steps, then `then`."""
+    script = textwrap.dedent(f"""
+        import time, numpy as np, gradagg
+        c = gradagg.Client({server.addr!r}, {job!r}, 1, 2, optimizer=gradagg.SGD(lr=0.1))
+        p = np.zeros(1000, np.float32)
+        c.add_tensor("p", p)
+        c.init()
+        for i in range(3):
+            c.step([np.ones_like(p)])
+    """) + then + "\n"
+    env = dict(os.environ, PYTHONPATH=str(Path(gradagg.__file__).resolve().parents[1]))
+    return subprocess.Popen([sys.executable, "-c", script], env=env, text=True, **popen)
+
+
 def test_a_raising_rank_fails_the_job(lossy, job) -> None:
     raised: Dict[str, float] = {}
 
@@ -83,18 +98,7 @@ def test_a_raising_rank_fails_the_job(lossy, job) -> None:
 
 def test_an_exception_that_ends_the_program_fails_the_job(lossy, job) -> None:
     # Rank 1 is a program of its own that raises at its fourth step, outside any with block.
-    script = textwrap.dedent(f"""
-        import numpy as np, gradagg
-        c = gradagg.Client({lossy.addr!r}, {job!r}, 1, 2, optimizer=gradagg.SGD(lr=0.1))
-        p = np.zeros(1000, np.float32)
-        c.add_tensor("p", p)
-        c.init()
-        for i in range(3):
-            c.step([np.ones_like(p)])
-        raise ValueError("bad batch " + str(3))
-    """)
-    env = dict(os.environ, PYTHONPATH=str(Path(gradagg.__file__).resolve().parents[1]))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    proc = rank_1_program(lossy, job, 'raise ValueError("bad batch " + str(3))', stderr=subprocess.PIPE)
     p = np.zeros(1000, np.float32)
     with client(lossy, job, 0, 2) as c:
         c.add_tensor("p", p)
@@ -110,19 +114,7 @@ def test_an_exception_that_ends_the_program_fails_the_job(lossy, job) -> None:
 
 
 def test_a_killed_rank_is_lost_within_the_bound(lossy, job) -> None:
-    script = textwrap.dedent(f"""
-        import sys, time, numpy as np, gradagg
-        c = gradagg.Client({lossy.addr!r}, {job!r}, 1, 2, optimizer=gradagg.SGD(lr=0.1))
-        p = np.zeros(1000, np.float32)
-        c.add_tensor("p", p)
-        c.init()
-        for i in range(3):
-            c.step([np.ones_like(p)])
-        print("stepped", flush=True)
-        time.sleep(600)
-    """)
-    env = dict(os.environ, PYTHONPATH=str(Path(gradagg.__file__).resolve().parents[1]))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    proc = rank_1_program(lossy, job, 'print("stepped", flush=True); time.sleep(600)', stdout=subprocess.PIPE)
     p = np.zeros(1000, np.float32)
     try:
         with client(lossy, job, 0, 2) as c:
