@@ -132,6 +132,29 @@ ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void
     }
 }
 
+void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap)
+{
+    Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
+    req.job = sh->job;
+    ProtobufCMessage *msg = NULL;
+    char err[64];
+    if (ga_call_unary(sh->ch, GA_METHOD_STATUS, &req.base, c->opt.call_timeout_ms, &msg, err, sizeof err) != GA_OK)
+        return;
+    const Gradagg__V1__StatusResponse *r = (const Gradagg__V1__StatusResponse *)msg;
+    size_t n = strlen(why);
+    int w = snprintf(why + n, cap > n ? cap - n : 0, "; step %llu has no push from rank%s",
+                     (unsigned long long)r->open_step, r->n_members - r->committed == 1 ? "" : "s");
+    bool first = true;
+    for (size_t i = 0; i < r->n_members && w > 0; i++) {
+        const Gradagg__V1__MemberStatus *m = r->members[i];
+        if (m->has_pushed && m->last_step == r->open_step) continue;
+        n = strlen(why);
+        w = snprintf(why + n, cap > n ? cap - n : 0, "%s %u%s", first ? "" : ",", m->rank, m->joined ? "" : " (not joined)");
+        first = false;
+    }
+    protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+}
+
 ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap)
 {
     Gradagg__V1__JoinResponse *resp = NULL;

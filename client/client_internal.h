@@ -191,6 +191,10 @@ ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void
 bool ga_client_may_retry(const ga_client *c, uint32_t tries, double first_failure);
 /* The statuses ga_shard_retry retries: the server was unreachable, draining or stopping. */
 bool ga_shard_retryable(ga_status st);
+/* After a pull ran out of time: appends to why[0..cap) which ranks the shard's open step still
+ * lacks a push from ("; step 40 has no push from ranks 2, 3"), asked by one Status call (nothing
+ * appended when that fails). */
+void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap);
 /* The shard's open step for this job, from a Join as the same incarnation (one attempt). */
 ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap);
 /* Sends the push of sh->step again (push.c): after the connection broke while its pull waited,

@@ -276,6 +276,7 @@ static ga_status pull_run(ga_client *c, ga_shard *sh, bool repush_after_loss)
     ga_free(ps.held);
     sh->bytes_pulled = ps.bytes;
     sh->apply_s = ps.apply_s;
+    if (st == GA_E_DEADLINE) ga_shard_name_missing(c, sh, why, sizeof why);
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "pull version >= %llu", (unsigned long long)ps.min_version);
     return GA_OK;
 }

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -39,8 +40,7 @@ def lossy(tmp_path: Path):
 
 
 def client(server: Server, job: str, rank: int, world: int, **kw: Any) -> gradagg.Client:
-    c = gradagg.Client(server.addr, job, rank, world, optimizer=gradagg.SGD(lr=0.1), **RETRY, **kw)
-    return c
+    return gradagg.Client(server.addr, job, rank, world, optimizer=gradagg.SGD(lr=0.1), **{**RETRY, **kw})
 
 
 def steps_until_failure(c: gradagg.Client, p: np.ndarray, limit: int = 1000) -> errors.GradaggError:
@@ -212,3 +212,29 @@ def test_the_job_resumes_when_every_rank_restarts(lossy, job) -> None:
     a, b = run_ranks(again, 2, timeout=60)
     assert a == b
     assert "every incarnation that saw its failure is gone" in lossy.log.read_text(errors="replace")
+
+
+def test_a_deadline_names_the_ranks_that_did_not_push(lossy, job) -> None:
+    # Rank 1 is alive (its heartbeats keep it) but never pushes: rank 0's pull runs out of time,
+    # and the error says which ranks the step waits for.
+    hold = threading.Event()
+
+    def worker(r: int) -> Any:
+        p = np.zeros(100, np.float32)
+        with client(lossy, job, r, 2, **({"step_timeout_ms": 1500} if r == 0 else {})) as c:
+            c.add_tensor("p", p)
+            c.init()
+            if r == 1:
+                hold.wait(30)
+                return None
+            try:
+                c.step([np.ones_like(p)])
+            except errors.GradaggError as e:
+                return e
+            finally:
+                hold.set()
+            pytest.fail("the step did not run out of time")
+
+    e = run_ranks(worker, 2, timeout=60)[0]
+    assert isinstance(e, errors.DeadlineError), repr(e)
+    assert "step 0 has no push from rank 1" in str(e), str(e)
