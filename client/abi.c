@@ -72,6 +72,7 @@ static const abi_row rows[] = {
     FIELD(ga_client_options, lanes),
     FIELD(ga_client_options, pull_auto_bits),
     FIELD(ga_client_options, retry_budget_ms),
+    FIELD(ga_client_options, resume),
 
     SIZE(ga_dgc_options),
     FIELD(ga_dgc_options, enabled),

@@ -356,6 +356,7 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     req.rank = o->rank;
     req.incarnation = c->incarnation;
     req.config = &cfg;
+    req.resume = o->resume;
     ProtobufCMessage *resp = NULL;
     ga_status st = ga_call_unary(sh->ch, GA_METHOD_JOIN, &req.base, o->call_timeout_ms, &resp, why, cap);
     if (st == GA_OK) *out = (Gradagg__V1__JoinResponse *)resp;
@@ -494,6 +495,56 @@ nomem:
     if (c) ga_client_fail(c, st, "create: out of memory");
 fail:
     if (msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "create: out of memory");
+    if (c) {
+        ga_shards_free(c);
+        ga_free(c->server);
+        ga_free(c->job);
+        ga_free(c);
+    }
+    return st;
+}
+
+/* ---- DeleteJob ---- */
+
+static ga_status delete_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
+{
+    (void)arg;
+    Gradagg__V1__DeleteJobRequest req = GRADAGG__V1__DELETE_JOB_REQUEST__INIT;
+    req.job = sh->job;
+    ProtobufCMessage *resp = NULL;
+    ga_status st = ga_call_unary(sh->ch, GA_METHOD_DELETE_JOB, &req.base, c->opt.call_timeout_ms, &resp, why, cap);
+    if (st == GA_OK) protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
+    return st;
+}
+
+ga_status ga_job_delete(const ga_client_options *opt, char *msg, size_t msg_cap)
+{
+    if (msg && msg_cap) msg[0] = '\0';
+    if (!opt) return GA_E_INVAL;
+    ga_status st = check_options(opt, msg, msg_cap);
+    if (st != GA_OK) return st;
+    ga_client *c = ga_calloc(1, sizeof *c);
+    if (!c || !(c->server = ga_strdup(opt->server)) || !(c->job = ga_strdup(opt->job))) {
+        st = GA_E_NOMEM;
+        if (c) ga_client_fail(c, st, "delete: out of memory");
+        goto out;
+    }
+    c->opt = *opt;
+    c->opt.server = c->server, c->opt.job = c->job;
+    if ((st = ga_shards_parse(c, c->server, opt->lanes ? opt->lanes : 1)) != GA_OK || (st = open_channels(c, opt)) != GA_OK)
+        goto out;
+    uint32_t unknown = 0;
+    for (uint32_t i = 0; i < c->nshards && st == GA_OK; i++) {
+        ga_shard *sh = &c->shards[i];
+        char why[256];
+        ga_status one = ga_shard_retry(c, sh, delete_attempt, NULL, why, sizeof why);
+        if (one == GA_E_UNKNOWN_JOB) unknown++;
+        else if (one != GA_OK) st = ga_client_fail(c, one, "delete job '%s' at %s: %s", sh->job, sh->addr, why);
+    }
+    if (st == GA_OK && unknown == c->nshards)
+        st = ga_client_fail(c, GA_E_UNKNOWN_JOB, "delete: job '%s' does not exist", c->job);
+out:
+    if (st != GA_OK && msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "delete: out of memory");
     if (c) {
         ga_shards_free(c);
         ga_free(c->server);

@@ -111,6 +111,11 @@ typedef struct ga_client_options {
      * included (docs/protocol.md, "Retries"). 0 = max_retries alone bounds them.
      * GA_CLIENT_OPTIONS_INIT: GA_RETRY_BUDGET_MS. */
     uint32_t retry_budget_ms;
+    /* A job of this name that finished (every rank left as finished) goes on from where it
+     * ended; false: a Join to it starts a fresh job in its place, so rerunning a script trains
+     * from scratch (docs/protocol.md, "A job's life"). A job that has not finished (a rank failed
+     * or is restarting) is always joined as it is. GA_CLIENT_OPTIONS_INIT: false. */
+    bool resume;
 } ga_client_options;
 
 /* max_retries without a count: retry_budget_ms bounds the retries. */
@@ -125,7 +130,7 @@ typedef struct ga_client_options {
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000,              \
      GA_RETRIES_UNBOUNDED, 50, 2000, 0, NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f,         \
-     GA_RETRY_BUDGET_MS}
+     GA_RETRY_BUDGET_MS, false}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on
@@ -212,6 +217,11 @@ void ga_client_destroy(ga_client *c);
  * the job fails for every other rank unless its straggler policy goes on without this one
  * (docs/protocol.md, "Failed ranks"). A worker that finished calls ga_client_destroy. */
 void ga_client_destroy_failed(ga_client *c, const char *reason);
+/* Deletes the job opt names on every shard (and lane) of opt.server: its parameters, journal,
+ * checkpoints and metric series (the DeleteJob RPC; a token, with TLS, as opt gives). Refused
+ * (GA_E_RANK_HELD, naming the rank) while a rank of it is live; GA_E_UNKNOWN_JOB when no shard
+ * has it. A finished job is removed by the server by itself after --finished-job-retention-s. */
+ga_status ga_job_delete(const ga_client_options *opt, char *msg, size_t msg_cap);
 
 /* Registers a tensor of shape[0..ndim) (product = n elements). params (n floats) is borrowed
  * and must outlive the client: ga_client_init and ga_client_step write the pulled parameters

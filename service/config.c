@@ -38,6 +38,7 @@ static const char *const backend_choices[] = {"cpu", "cuda", NULL};
 static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
 static const char *const journal_sync_choices[] = {"none", "step", "push", NULL};
 static const char *const durability_choices[] = {"acked", "checkpoint", NULL};
+static const char *const finished_choices[] = {"delete", "keep", NULL};
 
 #define FIELD(f) offsetof(ga_config, f)
 #define ROW_ADDR(n, e, f, d, h) {n, "--" n, e, T_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
@@ -87,6 +88,14 @@ static const row rows[GA_CFG_KEYS] = {
     [GA_CFG_RANK_LOST_MS] = ROW_U32("rank-lost-ms", "GRADAGG_RANK_LOST_MS", rank_lost_ms, "10000", 100, 86400000,
                                     "a joined rank with no call, wait or heartbeat this long is lost: its job fails "
                                     "(or goes on without it, by its straggler policy)"),
+    [GA_CFG_FINISHED_RETENTION_S] = ROW_U32("finished-job-retention-s", "GRADAGG_FINISHED_JOB_RETENTION_S",
+                                            finished_retention_s, "3600", 0, 31536000,
+                                            "a job whose ranks all left as finished is removed this long after; "
+                                            "0 = at once"),
+    [GA_CFG_FINISHED_JOBS] = ROW_ENUM("finished-jobs", "GRADAGG_FINISHED_JOBS", finished_jobs, "delete",
+                                      finished_choices,
+                                      "a removed finished job's directory: delete, or keep (moved aside as "
+                                      "<dir>.finished-<ms>, not restored)"),
     [GA_CFG_DATA_DIR] = ROW_PATH("data-dir", "GRADAGG_DATA_DIR", data_dir, "./gradagg-data",
                                  "checkpoint directory; created if missing"),
     [GA_CFG_DRAIN_DELAY_MS] = ROW_U32("drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", drain_delay_ms, "0", 0, 600000,

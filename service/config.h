@@ -36,6 +36,8 @@ typedef enum ga_config_key {
     GA_CFG_QUORUM,
     GA_CFG_MEMBER_LEASE_MS,
     GA_CFG_RANK_LOST_MS,
+    GA_CFG_FINISHED_RETENTION_S,
+    GA_CFG_FINISHED_JOBS,
     GA_CFG_DATA_DIR,
     GA_CFG_DRAIN_DELAY_MS,
     GA_CFG_SHUTDOWN_GRACE_MS,
@@ -57,6 +59,9 @@ typedef enum ga_config_key {
 #define GA_CONFIG_LISTEN_MAX 256
 #define GA_CONFIG_PATH_MAX 1024
 
+/* --finished-jobs: a removed finished job's directory is deleted, or moved aside. */
+typedef enum ga_finished_jobs { GA_FINISHED_DELETE = 0, GA_FINISHED_KEEP = 1 } ga_finished_jobs;
+
 typedef struct ga_config {
     char listen[GA_CONFIG_LISTEN_MAX]; /* host:port, [v6]:port; port 0 = any free port */
     ga_backend backend;
@@ -74,6 +79,8 @@ typedef struct ga_config {
     uint32_t quorum;                   /* straggler quorum when a job sets none; 0 = world size */
     uint32_t member_lease_ms;          /* a silent member is dropped after this */
     uint32_t rank_lost_ms;             /* a silent member is lost after this: its job fails */
+    uint32_t finished_retention_s;     /* a finished job is removed this long after it finished */
+    ga_finished_jobs finished_jobs;    /* what becomes of a finished job's directory */
     char data_dir[GA_CONFIG_PATH_MAX]; /* checkpoints; created if missing */
     uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */
     uint32_t shutdown_grace_ms;        /* then calls still open are cancelled */

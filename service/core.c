@@ -219,6 +219,8 @@ static void member_take(ga_job *job, uint32_t rank, uint64_t incarnation)
         if (job->async && replaced) m->has_pushed = false, m->last_step = 0, m->commit_mask = 0;
     }
     m->left = false; /* re-joining, or coming back after a Leave */
+    m->failed_left = false;
+    job->finished_ms = 0;
     if (!job->async && ga_step_reinclude(&job->step, rank)) ga_core_step_advance(job);
 }
 
@@ -240,6 +242,7 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
     if (change->left == 2) { /* left as failed: its step waits for it, as it did live */
         job->members[change->rank].incarnation = change->incarnation;
         job->members[change->rank].left = true;
+        job->members[change->rank].failed_left = true;
     } else if (change->left) {
         job->members[change->rank].incarnation = change->incarnation;
         ga_core_member_gone(job, change->rank);
@@ -296,6 +299,12 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     }
     if (st != GA_OK) goto done;
     job = ga_core_job(c, req->job);
+    if (job && job->finished_ms && !req->resume) { /* a rerun: a fresh job in place of the finished one */
+        st = ga_core_job_remove(c, job, c->opt.keep_finished, "a rank joins it again without resume", why);
+        if (st == GA_E_UNAVAILABLE || st == GA_E_NOMEM) goto done; /* else gone (a directory left is logged) */
+        st = GA_OK;
+        job = NULL;
+    }
     if (!job) {
         GA_CHECK_GOTO(create_job(c, req, &job, why), st, done);
     } else {
@@ -397,11 +406,13 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
         char what[GA_WHY_CAP];
         snprintf(what, sizeof what, "failed: %s", reason_text(req->reason));
         job->members[req->rank].left = true;
+        job->members[req->rank].failed_left = true;
         if (ga_core_rank_failed(job, req->rank, false, what)) ga_core_member_gone(job, req->rank);
     } else {
         ga_core_member_gone(job, req->rank);
     }
     ga_core_rank_replaced(job);
+    ga_core_job_check_finished(job);
 ok:;
     Gradagg__V1__LeaveResponse resp = GRADAGG__V1__LEAVE_RESPONSE__INIT;
     ga_call_finish(call, &resp.base, GA_OK, NULL);

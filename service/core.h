@@ -45,10 +45,15 @@ typedef struct ga_core_options {
      * (core_ranks.c): its job fails, or goes on without it by its straggler policy. Clients are
      * told to heartbeat every rank_lost_ms / 4. */
     uint32_t rank_lost_ms;
+    /* A finished job (every rank left as finished) is removed this many seconds later, or when
+     * a rank joins it again without resume (core_life.c); keep_finished moves its directory
+     * aside (<dir>.finished-<unix ms>, not restored) instead of deleting it. */
+    uint32_t finished_retention_s;
+    bool keep_finished;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
-     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000}
+     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false}
 
 /* Borrows loop (must outlive the core). Errors: GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE,
  * GA_E_NOMEM. */
@@ -66,6 +71,7 @@ void ga_core_push(ga_core *c, ga_call *call, ga_push *push);
 void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req);
 void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req);
 void ga_core_heartbeat(ga_core *c, ga_call *call, Gradagg__V1__HeartbeatRequest *req); /* core_ranks.c */
+void ga_core_delete_job(ga_core *c, ga_call *call, Gradagg__V1__DeleteJobRequest *req); /* core_life.c */
 /* The client of `call` (a waiting pull or health watch) has gone: finish it
  * now. Unknown calls are ignored. */
 void ga_core_cancel(ga_core *c, ga_call *call);

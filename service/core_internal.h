@@ -56,6 +56,16 @@ void ga_core_rank_replaced(ga_job *job);
 ga_status ga_core_lease_start(ga_core *c);
 void ga_core_lease_stop(ga_core *c);
 
+/* A job's life (core_life.c). After a member change: the job finished when every rank joined
+ * and left as finished (job->finished_ms). */
+void ga_core_job_check_finished(ga_job *job);
+/* Removes a job now: its store, journal, checkpoints (its directory, or moved aside when keep)
+ * and metric series; `because` is logged. GA_E_UNAVAILABLE (retryable) while a task of it runs
+ * or a call waits in it; GA_E_IO when its directory cannot be removed (the job is gone then). */
+ga_status ga_core_job_remove(ga_core *c, ga_job *job, bool keep, const char *because, char *why);
+/* The lease sweep's other half: removes finished jobs past --finished-job-retention-s. */
+void ga_core_jobs_expire(ga_core *c);
+
 /* Sync steps (core_push.c). */
 void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in rank order */
 void ga_core_step_try_close(ga_job *job); /* closes the step when complete, or at the deadline with quorum */

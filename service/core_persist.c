@@ -453,7 +453,7 @@ ga_status ga_core_restore(ga_core *c, char *why, size_t cap)
     size_t n;
     GA_CHECK(ga_file_list(c->opt.data_dir, JOB_DIR_PREFIX, "", &names, &n, why, cap));
     for (size_t i = 0; i < n; i++) {
-        if (strstr(names[i], ".unrestored-")) continue;
+        if (strstr(names[i], ".unrestored-") || strstr(names[i], ".finished-")) continue; /* put aside */
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/%s", c->opt.data_dir, names[i]);
         struct stat sb;
@@ -467,5 +467,6 @@ ga_status ga_core_restore(ga_core *c, char *why, size_t cap)
             c->jobs[j]->members[r].active_ms = now;
             c->jobs[j]->members[r].unseen = true;
         }
+    for (size_t j = 0; j < c->njobs; j++) ga_core_job_check_finished(c->jobs[j]); /* its retention starts now */
     return GA_OK;
 }

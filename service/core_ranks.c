@@ -69,6 +69,7 @@ static void sweep(uv_timer_t *timer)
 {
     ga_core *c = timer->data;
     if (c->draining) return;
+    ga_core_jobs_expire(c);
     uint64_t now = uv_now(c->loop), lease = c->opt.rank_lost_ms;
     /* A member restored at start-up keeps its rank until its worker reconnected: at least
      * RESTORED_LEASE_MS, whatever the lease (its channel's reconnection waits come first). */

@@ -64,6 +64,7 @@ static void run_request(void *arg)
     case GA_METHOD_PULL: ga_core_pull(d->core, j->call, j->payload); break;
     case GA_METHOD_STATUS: ga_core_status(d->core, j->call, j->payload); break;
     case GA_METHOD_HEARTBEAT: ga_core_heartbeat(d->core, j->call, j->payload); break;
+    case GA_METHOD_DELETE_JOB: ga_core_delete_job(d->core, j->call, j->payload); break;
     case GA_METHOD_HEALTH_CHECK: ga_health_check(d->health, j->call, j->payload); break;
     case GA_METHOD_HEALTH_WATCH: ga_health_watch(d->health, j->call, j->payload); break;
     case GA_METHOD_PUSH: ga_core_push(d->core, j->call, j->payload); break;
@@ -99,6 +100,7 @@ static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **
     case GA_METHOD_PULL: *job = ((const Gradagg__V1__PullRequest *)msg)->job; return true;
     case GA_METHOD_STATUS: *job = ((const Gradagg__V1__StatusRequest *)msg)->job; return true;
     case GA_METHOD_HEARTBEAT: *job = ((const Gradagg__V1__HeartbeatRequest *)msg)->job; return true;
+    case GA_METHOD_DELETE_JOB: *job = ((const Gradagg__V1__DeleteJobRequest *)msg)->job; return true;
     case GA_METHOD_HEALTH_CHECK:
     case GA_METHOD_HEALTH_WATCH:
     case GA_METHODS: break;

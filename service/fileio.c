@@ -106,3 +106,26 @@ void ga_file_names_free(char **names, size_t n)
     for (size_t i = 0; i < n; i++) ga_free(names[i]);
     ga_free(names);
 }
+
+ga_status ga_file_remove_dir(const char *dir, char *why, size_t cap)
+{
+    char **names;
+    size_t n;
+    GA_CHECK(ga_file_list(dir, "", "", &names, &n, why, cap));
+    ga_status st = GA_OK;
+    for (size_t i = 0; i < n && st == GA_OK; i++) {
+        if (!strcmp(names[i], ".") || !strcmp(names[i], "..")) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (unlink(path) != 0 && errno != ENOENT) st = io_error(why, cap, "removing", path);
+    }
+    ga_file_names_free(names, n);
+    if (st == GA_OK && rmdir(dir) != 0 && errno != ENOENT) st = io_error(why, cap, "removing", dir);
+    if (st != GA_OK) return st;
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (!slash) return GA_OK;
+    *slash = '\0';
+    return ga_file_sync_dir(parent[0] ? parent : "/", why, cap);
+}

@@ -23,5 +23,8 @@ ga_status ga_file_mkdirs(const char *dir, char *why, size_t cap);
 ga_status ga_file_list(const char *dir, const char *prefix, const char *suffix, char ***names, size_t *n, char *why,
                        size_t cap);
 void ga_file_names_free(char **names, size_t n);
+/* Removes dir and the files in it (a job's directory holds no subdirectory), then fsyncs its
+ * parent. A missing directory is not an error. */
+ga_status ga_file_remove_dir(const char *dir, char *why, size_t cap);
 
 #endif

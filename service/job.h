@@ -26,6 +26,7 @@ typedef struct ga_member {
     uint64_t active_ms;     /* uv_now of its last call */
     bool unseen;            /* restored at start-up, no call since: its lease is longer (core_ranks.c) */
     uint64_t lost;          /* the incarnation whose lease lapsed, reported once (core_ranks.c); 0: none */
+    bool failed_left;       /* it left as failed (core_ranks.c): the job has not finished */
     uint32_t pulls_waiting; /* a worker blocked in a pull is active */
     uint32_t inits_waiting; /* ... and one blocked in an awaiting init */
     bool has_pushed;
@@ -100,6 +101,7 @@ typedef struct ga_job {
     uint64_t *failed_incarnations;
     char rank_failure[320];
     uint64_t ranks_failed, ranks_lost; /* failed Leaves and lapsed leases, for the metrics */
+    uint64_t finished_ms; /* uv_now when every rank had left as finished (core_life.c); 0: not finished */
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;

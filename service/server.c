@@ -245,6 +245,8 @@ static void setup(void *arg)
     co.default_quorum = c->quorum;
     co.member_lease_ms = c->member_lease_ms;
     co.rank_lost_ms = c->rank_lost_ms;
+    co.finished_retention_s = c->finished_retention_s;
+    co.keep_finished = c->finished_jobs == GA_FINISHED_KEEP;
     co.max_elements = c->max_elements;
     co.data_dir = c->data_dir;
     co.checkpoint_steps = c->checkpoint_steps;

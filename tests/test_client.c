@@ -624,6 +624,8 @@ static void others_await_rank0_values(void **state)
 /* A worker's step after another rank made the job fail: E_RANK_FAILED, with the rank and why. */
 static void step_sees_failure(worker *wk, const char *why)
 {
+    memset(wk->gbig, 0, BIG * sizeof *wk->gbig);
+    memset(wk->gsmall, 0, SMALL * sizeof *wk->gsmall);
     const float *g[2] = {wk->gbig, wk->gsmall};
     assert_int_equal(ga_client_step(wk->c, g), GA_E_RANK_FAILED);
     if (!strstr(ga_client_error(wk->c), why)) fail_msg("'%s' does not say '%s'", ga_client_error(wk->c), why);

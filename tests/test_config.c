@@ -283,6 +283,8 @@ static void test_help_lists_every_row(void **state)
         {"--quorum", "GRADAGG_QUORUM", NULL},
         {"--member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", NULL},
         {"--rank-lost-ms", "GRADAGG_RANK_LOST_MS", NULL},
+        {"--finished-job-retention-s", "GRADAGG_FINISHED_JOB_RETENTION_S", NULL},
+        {"--finished-jobs", "GRADAGG_FINISHED_JOBS", NULL},
         {"--data-dir", "GRADAGG_DATA_DIR", "./gradagg-data"},
         {"--drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", NULL},
         {"--shutdown-grace-ms", "GRADAGG_SHUTDOWN_GRACE_MS", NULL},

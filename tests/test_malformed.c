@@ -297,6 +297,21 @@ static bytes status_req(const char *job)
     return packed(&r.base);
 }
 
+static bytes heartbeat_req(const char *job, uint64_t inc)
+{
+    Gradagg__V1__HeartbeatRequest r = GRADAGG__V1__HEARTBEAT_REQUEST__INIT;
+    r.job = (char *)job;
+    r.incarnation = inc;
+    return packed(&r.base);
+}
+
+static bytes delete_req(const char *job)
+{
+    Gradagg__V1__DeleteJobRequest r = GRADAGG__V1__DELETE_JOB_REQUEST__INIT;
+    r.job = (char *)job;
+    return packed(&r.base);
+}
+
 static bytes health_req(const char *service)
 {
     Grpc__Health__V1__HealthCheckRequest r = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -317,6 +332,8 @@ static bytes valid(ga_method_id m)
     case GA_METHOD_PUSH: return push_chunk("alpha", INC_A, open_step + 5); /* future step: refused */
     case GA_METHOD_PULL: return pull_req("alpha", INC_A, 0);        /* OK */
     case GA_METHOD_STATUS: return status_req("alpha");              /* OK */
+    case GA_METHOD_HEARTBEAT: return heartbeat_req("alpha", INC_A + 100); /* not a member: refused */
+    case GA_METHOD_DELETE_JOB: return delete_req("alpha");          /* a live rank: refused */
     case GA_METHOD_HEALTH_CHECK: return health_req("");             /* OK */
     default: fail_msg("no valid request for %s", ga_methods[m].name);
     }
@@ -562,6 +579,20 @@ static const row rows[] = {
     {GA_METHOD_STATUS, NULL, EMPTY, OWN, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
     {GA_METHOD_STATUS, NULL, NO_MESSAGE, OWN, INVALID, "GA_E_PROTO"},
     TOKENS(GA_METHOD_STATUS),
+    /* Heartbeat of an incarnation that is not the member. */
+    {GA_METHOD_HEARTBEAT, NULL, VALID, OWN, GRPC_STATUS_FAILED_PRECONDITION, "GA_E_NOT_MEMBER"},
+    {GA_METHOD_HEARTBEAT, NULL, UNKNOWN_FIELDS, OWN, GRPC_STATUS_FAILED_PRECONDITION, "GA_E_NOT_MEMBER"},
+    PROTO(GA_METHOD_HEARTBEAT),
+    {GA_METHOD_HEARTBEAT, NULL, EMPTY, OWN, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    {GA_METHOD_HEARTBEAT, NULL, NO_MESSAGE, OWN, INVALID, "GA_E_PROTO"},
+    TOKENS(GA_METHOD_HEARTBEAT),
+    /* DeleteJob of a job with a live rank: refused, nothing removed. */
+    {GA_METHOD_DELETE_JOB, NULL, VALID, OWN, GRPC_STATUS_ALREADY_EXISTS, "GA_E_RANK_HELD"},
+    {GA_METHOD_DELETE_JOB, NULL, UNKNOWN_FIELDS, OWN, GRPC_STATUS_ALREADY_EXISTS, "GA_E_RANK_HELD"},
+    PROTO(GA_METHOD_DELETE_JOB),
+    {GA_METHOD_DELETE_JOB, NULL, EMPTY, OWN, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    {GA_METHOD_DELETE_JOB, NULL, NO_MESSAGE, OWN, INVALID, "GA_E_PROTO"},
+    TOKENS(GA_METHOD_DELETE_JOB),
     /* Health needs no token; an empty request asks for the whole server. */
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, NONE, GRPC_STATUS_OK, ""},
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, BASIC, GRPC_STATUS_OK, ""},

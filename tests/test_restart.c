@@ -256,6 +256,7 @@ static void test_sigkill_loses_nothing(void **state)
     memset(w->big, 0, sizeof w->big);
     char address[64];
     ga_client_options o = job_options(address, sizeof address, a.port, 0);
+    o.resume = true; /* the training finished: the restored job, not a fresh one */
     ga_client *c;
     char msg[512];
     sleep_ms(150); /* the restored ranks' leases (100 ms) lapse: a new incarnation may take one */

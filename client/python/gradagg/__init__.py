@@ -12,9 +12,9 @@ Errors: gradagg.errors. Library search order: gradagg._lib (set GRADAGG_LIB to c
 """
 from . import errors
 from ._lib import LIBRARY_PATH
-from .client import Client, TensorInfo, codec_id, codecs, cuda_built, cuda_device_count
+from .client import Client, TensorInfo, codec_id, codecs, cuda_built, cuda_device_count, delete_job
 from .errors import GradaggError
 from .options import DGC, SGD, Adam, Stats
 
-__all__ = ["Client", "TensorInfo", "SGD", "Adam", "DGC", "Stats", "GradaggError", "errors", "codecs", "codec_id",
+__all__ = ["Client", "delete_job", "TensorInfo", "SGD", "Adam", "DGC", "Stats", "GradaggError", "errors", "codecs", "codec_id",
            "cuda_built", "cuda_device_count", "LIBRARY_PATH"]

@@ -76,6 +76,7 @@ ga_cuda_device_count = _fn("ga_cuda_device_count", c_int, [])
 ga_client_create = _fn("ga_client_create", c_int, [P(S.ClientOptions), P(c_void_p), ctypes.c_char_p, c_size_t])
 ga_client_destroy = _fn("ga_client_destroy", None, [c_void_p])
 ga_client_destroy_failed = _fn("ga_client_destroy_failed", None, [c_void_p, c_char_p])
+ga_job_delete = _fn("ga_job_delete", c_int, [c_void_p, c_char_p, c_size_t])
 ga_client_add_tensor = _fn("ga_client_add_tensor", c_int,
                            [c_void_p, c_char_p, P(ctypes.c_uint64), c_int, c_void_p, P(S.TensorOptions), P(c_int)])
 ga_client_init = _fn("ga_client_init", c_int, [c_void_p])

@@ -163,6 +163,78 @@ def _install_excepthook() -> None:
 
     sys.excepthook = hook
 
+
+def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
+             mean: bool = True, optimizer: Union[SGD, Adam, str, None] = None, mode: str = "sync",
+             deadline_ms: int = 0, quorum: int = 0,
+             pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
+             pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
+             step_timeout_ms: int = 300000, max_retries: Optional[int] = None, backoff_ms: int = 50,
+             backoff_max_ms: int = 2000, retry_budget_ms: int = 600000, threads: int = 0, incarnation: int = 0,
+             tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
+             tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
+             auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
+             lanes: int = 1, resume: bool = False) -> S.ClientOptions:
+    """The C options of a Client (see Client for each)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
+    o = S.ClientOptions()
+    o.version = ctypes.sizeof(S.ClientOptions)
+    if not isinstance(server, str):
+        server = ",".join(str(a) for a in server)
+    o.server = server.encode()
+    o.job = str(job).encode()
+    o.rank = _uint("rank", rank)
+    o.world_size = _uint("world_size", world_size)
+    o.incarnation = _uint("incarnation", incarnation, _U64)
+    o.mode = _MODES[mode]
+    o.mean = bool(mean)
+    # The C defaults (GA_CLIENT_OPTIONS_INIT) for the optimizer that is not chosen.
+    o.sgd = S.SgdParams(0.01, 0.0, 0.0, False)
+    o.adam = S.AdamParams(0.001, 0.9, 0.999, 1e-8, 0.0, False)
+    if optimizer is None:
+        o.optimizer = _OPTIM_NONE
+    elif optimizer == "reduce":
+        o.optimizer = _OPTIM_REDUCE
+    elif isinstance(optimizer, SGD):
+        o.optimizer = _OPTIM_SGD
+        o.sgd = S.SgdParams(_float("lr", optimizer.lr), _float("momentum", optimizer.momentum),
+                            _float("weight_decay", optimizer.weight_decay), bool(optimizer.nesterov))
+    elif isinstance(optimizer, Adam):
+        o.optimizer = _OPTIM_ADAM
+        o.adam = S.AdamParams(_float("lr", optimizer.lr), _float("beta1", optimizer.beta1),
+                              _float("beta2", optimizer.beta2), _float("eps", optimizer.eps),
+                              _float("weight_decay", optimizer.weight_decay), bool(optimizer.decoupled))
+    else:
+        raise TypeError(f"optimizer: {optimizer!r}, expected gradagg.SGD, gradagg.Adam, 'reduce' or None")
+    o.deadline_ms = _uint("deadline_ms", deadline_ms)
+    o.quorum = _uint("quorum", quorum)
+    o.pull_codec = codec_id(pull_codec)
+    auto = isinstance(pull_threshold, str)
+    if auto and pull_threshold != "auto":
+        raise ValueError(f"pull_threshold: {pull_threshold!r}, expected a float, 'auto' or None")
+    o.pull_params = codec_params(o.pull_codec, None if auto else pull_threshold, pull_ratio)  # type: ignore[arg-type]
+    if auto:
+        o.pull_auto_bits = _float("pull_auto_bits", pull_auto_bits)
+    o.chunk_bytes = _uint("chunk_bytes", chunk_bytes, _U64)
+    o.call_timeout_ms = _uint("call_timeout_ms", call_timeout_ms)
+    o.step_timeout_ms = _uint("step_timeout_ms", step_timeout_ms)
+    o.max_retries = _RETRIES_UNBOUNDED if max_retries is None else _uint("max_retries", max_retries)
+    o.retry_budget_ms = _uint("retry_budget_ms", retry_budget_ms)
+    o.backoff_ms = _uint("backoff_ms", backoff_ms)
+    o.backoff_max_ms = _uint("backoff_max_ms", backoff_max_ms)
+    o.threads = _uint("threads", threads, (1 << 31) - 1)
+    o.tls_ca_file = _opt_str(tls_ca_file)
+    o.tls_cert_file = _opt_str(tls_cert_file)
+    o.tls_key_file = _opt_str(tls_key_file)
+    o.tls_target_name = _opt_str(tls_target_name)
+    o.auth_token = _opt_str(auth_token)
+    o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
+    o.lanes = _uint("lanes", lanes)
+    o.resume = bool(resume)
+    return o
+
+
 class Client:
     """One worker (one rank of one job) of a gradagg-server.
 
@@ -180,6 +252,8 @@ class Client:
     (pull_threshold / pull_ratio its parameters; pull_threshold="auto" with "2bit": the server
     picks each piece's threshold and level at every version for pull_auto_bits bits per element,
     docs/auto-threshold.md). See gradagg.h for the other options.
+    resume: a job of this name that finished (every rank left as finished) goes on from where it
+    ended; without it such a job is replaced by a fresh one, so a rerun trains from scratch.
     A call that fails because the server is unreachable, draining or stopping is retried with
     backoff for retry_budget_ms (10 minutes: a server's pod restarted or rescheduled; also bounded
     by max_retries when given), so a restart of the server costs the workers only the wait.
@@ -203,67 +277,23 @@ class Client:
                  tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
                  tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
                  auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, resume: bool = False) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
         self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
-        if mode not in _MODES:
-            raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
-        o = S.ClientOptions()
-        o.version = ctypes.sizeof(S.ClientOptions)
+        o = _options(server, job, rank, world_size, mean=mean, optimizer=optimizer, mode=mode, deadline_ms=deadline_ms,
+                     quorum=quorum, pull_codec=pull_codec, pull_threshold=pull_threshold,
+                     pull_auto_bits=pull_auto_bits, pull_ratio=pull_ratio, chunk_bytes=chunk_bytes,
+                     call_timeout_ms=call_timeout_ms, step_timeout_ms=step_timeout_ms,
+                     max_retries=max_retries, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms,
+                     retry_budget_ms=retry_budget_ms, threads=threads, incarnation=incarnation,
+                     tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+                     tls_target_name=tls_target_name, auth_token=auth_token,
+                     shard_split_elements=shard_split_elements, lanes=lanes, resume=resume)
         if not isinstance(server, str):
             server = ",".join(str(a) for a in server)
-        o.server = server.encode()
-        o.job = str(job).encode()
-        o.rank = _uint("rank", rank)
-        o.world_size = _uint("world_size", world_size)
-        o.incarnation = _uint("incarnation", incarnation, _U64)
-        o.mode = _MODES[mode]
-        o.mean = bool(mean)
-        # The C defaults (GA_CLIENT_OPTIONS_INIT) for the optimizer that is not chosen.
-        o.sgd = S.SgdParams(0.01, 0.0, 0.0, False)
-        o.adam = S.AdamParams(0.001, 0.9, 0.999, 1e-8, 0.0, False)
-        if optimizer is None:
-            o.optimizer = _OPTIM_NONE
-        elif optimizer == "reduce":
-            o.optimizer = _OPTIM_REDUCE
-        elif isinstance(optimizer, SGD):
-            o.optimizer = _OPTIM_SGD
-            o.sgd = S.SgdParams(_float("lr", optimizer.lr), _float("momentum", optimizer.momentum),
-                                _float("weight_decay", optimizer.weight_decay), bool(optimizer.nesterov))
-        elif isinstance(optimizer, Adam):
-            o.optimizer = _OPTIM_ADAM
-            o.adam = S.AdamParams(_float("lr", optimizer.lr), _float("beta1", optimizer.beta1),
-                                  _float("beta2", optimizer.beta2), _float("eps", optimizer.eps),
-                                  _float("weight_decay", optimizer.weight_decay), bool(optimizer.decoupled))
-        else:
-            raise TypeError(f"optimizer: {optimizer!r}, expected gradagg.SGD, gradagg.Adam, 'reduce' or None")
-        o.deadline_ms = _uint("deadline_ms", deadline_ms)
-        o.quorum = _uint("quorum", quorum)
-        o.pull_codec = codec_id(pull_codec)
-        auto = isinstance(pull_threshold, str)
-        if auto and pull_threshold != "auto":
-            raise ValueError(f"pull_threshold: {pull_threshold!r}, expected a float, 'auto' or None")
-        o.pull_params = codec_params(o.pull_codec, None if auto else pull_threshold, pull_ratio)  # type: ignore[arg-type]
-        if auto:
-            o.pull_auto_bits = _float("pull_auto_bits", pull_auto_bits)
-        o.chunk_bytes = _uint("chunk_bytes", chunk_bytes, _U64)
-        o.call_timeout_ms = _uint("call_timeout_ms", call_timeout_ms)
-        o.step_timeout_ms = _uint("step_timeout_ms", step_timeout_ms)
-        o.max_retries = _RETRIES_UNBOUNDED if max_retries is None else _uint("max_retries", max_retries)
-        o.retry_budget_ms = _uint("retry_budget_ms", retry_budget_ms)
-        o.backoff_ms = _uint("backoff_ms", backoff_ms)
-        o.backoff_max_ms = _uint("backoff_max_ms", backoff_max_ms)
-        o.threads = _uint("threads", threads, (1 << 31) - 1)
-        o.tls_ca_file = _opt_str(tls_ca_file)
-        o.tls_cert_file = _opt_str(tls_cert_file)
-        o.tls_key_file = _opt_str(tls_key_file)
-        o.tls_target_name = _opt_str(tls_target_name)
-        o.auth_token = _opt_str(auth_token)
-        o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
-        o.lanes = _uint("lanes", lanes)
         self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
 
         handle = ctypes.c_void_p()
@@ -550,3 +580,16 @@ class Client:
             if st != 0:
                 raise self._fail(st)
         return float(t.value), float(d.value)
+
+
+def delete_job(server: Union[str, Sequence[str]], job: str, **options: Any) -> None:
+    """Deletes a job on every shard (and lane) of server: its parameters, journal, checkpoints
+    and metric series (the DeleteJob RPC). options: a Client's connection options (lanes, the
+    TLS files, auth_token, timeouts). Refused (gradagg.errors.RankHeldError) while a rank of it
+    is live; UnknownJobError when no shard has it. A finished job is removed by the server by
+    itself after its --finished-job-retention-s."""
+    o = _options(server, job, 0, 1, **options)
+    msg = ctypes.create_string_buffer(1024)
+    st = _lib.ga_job_delete(ctypes.byref(o), msg, len(msg))
+    if st != 0:
+        raise error_for(st, msg.value.decode(errors="replace"))

@@ -376,7 +376,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Takes over a state_dict() of this rank's optimizer of the same job and model (a
-        resumed training script, after this optimizer joined and pulled the job's parameters):
+        resumed training script, after this optimizer joined and pulled the job's parameters;
+        create it with resume=True, else a job whose ranks all left is started afresh):
         param_groups' lr and every bucket client's state. ValueError when it does not fit."""
         own = state_dict.get("gradagg")
         if not isinstance(own, dict):

@@ -114,7 +114,8 @@ def test_c_and_python_workers_train_one_job(server, job, tmp_path: Path) -> None
         assert t > 0 and 0.0 < density < 1.0  # the automatic threshold adapted and sent codes
 
     # The server's version, asked by a new member after everyone left.
-    with gradagg.Client(server.addr, job, 0, WORLD, mean=True, optimizer=gradagg.SGD(lr=LR), **FAST) as c:
+    with gradagg.Client(server.addr, job, 0, WORLD, mean=True, optimizer=gradagg.SGD(lr=LR), resume=True,
+                        **FAST) as c:
         assert c.version == STEPS
 
     sizes = [int(np.prod(s)) for _, s in SHAPES]

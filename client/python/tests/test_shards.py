@@ -82,7 +82,7 @@ def test_two_shards_match_one(two_servers: Tuple[Server, Server], job: str) -> N
         j = (s - first) % 2  # piece j of 2 lives on shard (first + j) mod 2
         piece = np.zeros(2048, np.float32)
         with gradagg.Client(server.addr, job + "_two", 0, 2, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
-                            pull_codec="2bit", pull_threshold=0.002, **FAST) as c:
+                            pull_codec="2bit", pull_threshold=0.002, resume=True, **FAST) as c:
             c.add_tensor(f"w@{j}/2", piece, codec="2bit", threshold=0.01)
             c.init()
             assert c.version == 20
@@ -105,7 +105,7 @@ def test_lanes_match_one_shard(two_servers: Tuple[Server, Server], job: str) -> 
         j = (lane - first) % 2
         piece = np.zeros(2048, np.float32)
         with gradagg.Client(a.addr, lane_job, 0, 2, optimizer=gradagg.SGD(lr=0.05, momentum=0.5),
-                            pull_codec="2bit", pull_threshold=0.002, **FAST) as c:
+                            pull_codec="2bit", pull_threshold=0.002, resume=True, **FAST) as c:
             c.add_tensor(f"w@{j}/2", piece, codec="2bit", threshold=0.01)
             c.init()
             assert c.version == 20

@@ -377,7 +377,9 @@ def _resumable_run(server, job: str, steps: int, stop_at: Optional[int], resume:
     """2 ranks, 2bit with worker momentum and the automatic threshold, 4 buckets and a StepLR:
     trains `steps` steps; with stop_at, every rank saves its state_dicts there, closes its
     optimizer and goes on with a new model and optimizer, loading them when `resume`."""
-    kw: Dict[str, Any] = dict(lr=0.05, momentum=0.9, codec="2bit", pull_codec="2bit", bucket_cap_mb=1e-6, **FAST)
+    # resume: the server's job goes on when the ranks come back (between, all of them had left).
+    kw: Dict[str, Any] = dict(lr=0.05, momentum=0.9, codec="2bit", pull_codec="2bit", bucket_cap_mb=1e-6,
+                              resume=True, **FAST)
 
     def worker(r: int) -> List[torch.Tensor]:
         x, y = rank_data(r)
