@@ -441,6 +441,16 @@ static ga_status open_channels(ga_client *c, const ga_client_options *opt)
     return st;
 }
 
+/* A client that never trained (a failed create, ga_job_delete): its shards and names. NULL ok. */
+static void client_shell_free(ga_client *c)
+{
+    if (!c) return;
+    ga_shards_free(c);
+    ga_free(c->server);
+    ga_free(c->job);
+    ga_free(c);
+}
+
 ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *msg, size_t msg_cap)
 {
     if (out) *out = NULL;
@@ -495,12 +505,7 @@ nomem:
     if (c) ga_client_fail(c, st, "create: out of memory");
 fail:
     if (msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "create: out of memory");
-    if (c) {
-        ga_shards_free(c);
-        ga_free(c->server);
-        ga_free(c->job);
-        ga_free(c);
-    }
+    client_shell_free(c);
     return st;
 }
 
@@ -545,12 +550,7 @@ ga_status ga_job_delete(const ga_client_options *opt, char *msg, size_t msg_cap)
         st = ga_client_fail(c, GA_E_UNKNOWN_JOB, "delete: job '%s' does not exist", c->job);
 out:
     if (st != GA_OK && msg && msg_cap) snprintf(msg, msg_cap, "%s", c ? c->err : "delete: out of memory");
-    if (c) {
-        ga_shards_free(c);
-        ga_free(c->server);
-        ga_free(c->job);
-        ga_free(c);
-    }
+    client_shell_free(c);
     return st;
 }
 

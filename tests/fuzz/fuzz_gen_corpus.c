@@ -319,6 +319,10 @@ static void message_seeds(void)
     message_seed("leave", GA_METHOD_LEAVE, 0, bearer, &leave.base);
     leave.incarnation = 3;
     message_seed("leave_stranger", GA_METHOD_LEAVE, 0, other, &leave.base);
+    leave.incarnation = FUZZ_INC;
+    leave.failed = 1;
+    leave.reason = "RuntimeError: boom\n\x01";
+    message_seed("leave_failed", GA_METHOD_LEAVE, 0, bearer, &leave.base);
 
     Gradagg__V1__PullRequest pull = GRADAGG__V1__PULL_REQUEST__INIT;
     pull.job = FUZZ_JOB;
@@ -337,6 +341,19 @@ static void message_seeds(void)
     message_seed("status_malformed_token", GA_METHOD_STATUS, 0, "Basic " TOKEN, &status.base);
     status.job = "nope";
     message_seed("status_unknown_job", GA_METHOD_STATUS, 0, bearer, &status.base);
+
+    Gradagg__V1__HeartbeatRequest beat = GRADAGG__V1__HEARTBEAT_REQUEST__INIT;
+    beat.job = FUZZ_JOB;
+    beat.incarnation = FUZZ_INC;
+    message_seed("heartbeat", GA_METHOD_HEARTBEAT, 0, bearer, &beat.base);
+    beat.incarnation = 3;
+    message_seed("heartbeat_stranger", GA_METHOD_HEARTBEAT, 0, bearer, &beat.base);
+
+    Gradagg__V1__DeleteJobRequest del = GRADAGG__V1__DELETE_JOB_REQUEST__INIT;
+    del.job = FUZZ_JOB;
+    message_seed("delete_live", GA_METHOD_DELETE_JOB, 0, bearer, &del.base);
+    del.job = "nope";
+    message_seed("delete_unknown", GA_METHOD_DELETE_JOB, 0, bearer, &del.base);
 
     Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     message_seed("health_all", GA_METHOD_HEALTH_CHECK, 0, NULL, &hc.base);

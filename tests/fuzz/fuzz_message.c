@@ -137,6 +137,8 @@ static const char *job_of(ga_method_id m, const ProtobufCMessage *msg)
     case GA_METHOD_PUSH: return ((const Gradagg__V1__PushChunk *)msg)->job;
     case GA_METHOD_PULL: return ((const Gradagg__V1__PullRequest *)msg)->job;
     case GA_METHOD_STATUS: return ((const Gradagg__V1__StatusRequest *)msg)->job;
+    case GA_METHOD_HEARTBEAT: return ((const Gradagg__V1__HeartbeatRequest *)msg)->job;
+    case GA_METHOD_DELETE_JOB: return ((const Gradagg__V1__DeleteJobRequest *)msg)->job;
     default: return NULL;
     }
 }
@@ -241,7 +243,9 @@ static void health_call(ga_method_id m, ProtobufCMessage *msg)
     fake_call_free(call);
 }
 
-/* Join, Leave, Pull, Status on a fresh core with the job. */
+/* Join, Leave, Pull, Status, Heartbeat, DeleteJob on a fresh core with the job. Two requests
+ * may fail the job (docs/protocol.md, "Failed ranks"), and only before its first push: a Join
+ * of its rank with another config, and its member's Leave as failed. */
 static void core_call(ga_method_id m, ProtobufCMessage *msg)
 {
     static fuzz_core h;
@@ -256,6 +260,8 @@ static void core_call(ga_method_id m, ProtobufCMessage *msg)
     case GA_METHOD_LEAVE: ga_core_leave(h.core, call, (Gradagg__V1__LeaveRequest *)msg); break;
     case GA_METHOD_PULL: ga_core_pull(h.core, call, (Gradagg__V1__PullRequest *)msg); break;
     case GA_METHOD_STATUS: ga_core_status(h.core, call, (Gradagg__V1__StatusRequest *)msg); break;
+    case GA_METHOD_HEARTBEAT: ga_core_heartbeat(h.core, call, (Gradagg__V1__HeartbeatRequest *)msg); break;
+    case GA_METHOD_DELETE_JOB: ga_core_delete_job(h.core, call, (Gradagg__V1__DeleteJobRequest *)msg); break;
     default: FUZZ_CHECK(false, "not a core request");
     }
     fuzz_settle(&h);
@@ -281,8 +287,12 @@ static void core_call(ga_method_id m, ProtobufCMessage *msg)
     }
     const char *d = fuzz_snap_diff(&before, &after);
     FUZZ_CHECK(!d, "%s (%s) changed the job: %s", ga_methods[m].name, ga_status_name(call->status), d);
+    bool failed = h.job->failed_incarnations != NULL;
+    if (failed)
+        FUZZ_CHECK(!before.any_commit && ((m == GA_METHOD_JOIN && call->status == GA_E_JOB_CONFIG) || left),
+                   "%s (%s) failed the job", ga_methods[m].name, ga_status_name(call->status));
     fake_call_free(call);
-    if (!left) fuzz_probe(&h, 0);
+    if (!left && !failed) fuzz_probe(&h, 0);
     fuzz_core_close(&h);
 }
 

@@ -263,35 +263,25 @@ class Client:
     shard (0 = never), smaller ones go whole to one shard (docs/protocol.md, "Sharding").
     lanes: independent jobs per address that a step pushes one after another and pulls as soon
     as each is in, so pulls overlap pushes on the link (sync only; docs/protocol.md, "Lanes").
+
+    The options and their defaults: mean=True, optimizer=None, mode="sync", deadline_ms=0,
+    quorum=0, pull_codec="none", pull_threshold=None, pull_auto_bits=1.5, pull_ratio=None,
+    chunk_bytes=1 << 20, call_timeout_ms=30000, step_timeout_ms=300000, max_retries=None,
+    backoff_ms=50, backoff_max_ms=2000, retry_budget_ms=600000, threads=0, incarnation=0,
+    tls_ca_file, tls_cert_file, tls_key_file, tls_target_name, auth_token (None),
+    shard_split_elements=1 << 20, lanes=1, resume=False (the signature of _options).
     """
 
     _handle: Optional[ctypes.c_void_p] = None
 
-    def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
-                 mean: bool = True, optimizer: Union[SGD, Adam, str, None] = None, mode: str = "sync",
-                 deadline_ms: int = 0, quorum: int = 0,
-                 pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
-                 pull_ratio: Optional[float] = None, chunk_bytes: int = 1 << 20, call_timeout_ms: int = 30000,
-                 step_timeout_ms: int = 300000, max_retries: Optional[int] = None, backoff_ms: int = 50,
-                 backoff_max_ms: int = 2000, retry_budget_ms: int = 600000, threads: int = 0, incarnation: int = 0,
-                 tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
-                 tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
-                 auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
-                 lanes: int = 1, resume: bool = False) -> None:
+    def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int,
+                 **options: Any) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
         self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
-        o = _options(server, job, rank, world_size, mean=mean, optimizer=optimizer, mode=mode, deadline_ms=deadline_ms,
-                     quorum=quorum, pull_codec=pull_codec, pull_threshold=pull_threshold,
-                     pull_auto_bits=pull_auto_bits, pull_ratio=pull_ratio, chunk_bytes=chunk_bytes,
-                     call_timeout_ms=call_timeout_ms, step_timeout_ms=step_timeout_ms,
-                     max_retries=max_retries, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms,
-                     retry_budget_ms=retry_budget_ms, threads=threads, incarnation=incarnation,
-                     tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
-                     tls_target_name=tls_target_name, auth_token=auth_token,
-                     shard_split_elements=shard_split_elements, lanes=lanes, resume=resume)
+        o = _options(server, job, rank, world_size, **options)
         if not isinstance(server, str):
             server = ",".join(str(a) for a in server)
         self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
