@@ -66,8 +66,8 @@ static const char *next_field(const char *p, const char *end, const char **f, si
 }
 
 /* One non-blank, non-comment line [p, end) -> e (job copied, token digested). */
-static ga_status parse_line(const ga_auth *a, const char *p, const char *end, const char *src, size_t line, entry *e,
-                            char *why, size_t cap)
+static ga_status parse_line(const char *p, const char *end, const char *src, size_t line, entry *e, char *why,
+                            size_t cap)
 {
     const char *job, *tok, *extra;
     size_t jlen, tlen, xlen;
@@ -91,10 +91,6 @@ static ga_status parse_line(const ga_auth *a, const char *p, const char *end, co
     if (tlen < GA_AUTH_TOKEN_MIN || tlen > GA_AUTH_TOKEN_MAX)
         return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: token of job '%.*s' has %zu characters, expected %u to %u",
                               src, line, (int)jlen, job, tlen, GA_AUTH_TOKEN_MIN, GA_AUTH_TOKEN_MAX);
-    for (size_t i = 0; i < a->n; i++)
-        if (strlen(a->e[i].job) == jlen && memcmp(a->e[i].job, job, jlen) == 0)
-            return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: job '%.*s' already has a token", src, line, (int)jlen,
-                                  job);
     e->job = ga_malloc(jlen + 1);
     if (!e->job) return ga_status_fail(GA_E_NOMEM, why, cap, "%s:%zu: out of memory", src, line);
     memcpy(e->job, job, jlen);
@@ -148,7 +144,7 @@ ga_status ga_auth_parse(const char *text, size_t len, const char *source, ga_aut
         while (q < eol && blank(*q)) q++;
         if (q < eol && *q != '#') {
             entry e = {0};
-            st = parse_line(a, q, eol, source, line, &e, why, cap);
+            st = parse_line(q, eol, source, line, &e, why, cap);
             if (st == GA_OK && push_entry(a, &cap_n, &e) != GA_OK) {
                 ga_free(e.job);
                 st = ga_status_fail(GA_E_NOMEM, why, cap, "%s:%zu: out of memory", source, line);

@@ -22,8 +22,9 @@ typedef struct ga_auth ga_auth;
  * whose first non-blank character is '#' are skipped; "\r\n" endings are accepted. Refused, with
  * "<source>:<line>: ..." in why[0..cap): a line without exactly two fields, a NUL byte, a job
  * name with a control byte or over 255 bytes, a token with a byte outside printable ASCII or
- * shorter than GA_AUTH_TOKEN_MIN or longer than GA_AUTH_TOKEN_MAX, a job named twice, and a
- * file with no token at all (GA_E_CONFIG). The message never quotes a token. Returns owned
+ * shorter than GA_AUTH_TOKEN_MIN or longer than GA_AUTH_TOKEN_MAX, and a file with no token at
+ * all (GA_E_CONFIG). A job may be named on several lines: each of its tokens grants it (a
+ * rotation lists the new token beside the old one until every worker has it). The message never quotes a token. Returns owned
  * (ga_auth_destroy). */
 ga_status ga_auth_parse(const char *text, size_t len, const char *source, ga_auth **out, char *why, size_t cap);
 /* ga_auth_parse of the file at path (source = "--auth-tokens <path>"); GA_E_IO when it cannot be

@@ -3,6 +3,7 @@
  * finished here with the reason. */
 #include "dispatch.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -17,7 +18,7 @@ struct ga_dispatch {
     ga_core *core;
     ga_health *health;
     size_t max_stream_bytes;
-    const ga_auth *auth; /* NULL: no tokens */
+    const ga_auth *_Atomic auth; /* NULL: no tokens; replaced by a reload (SIGHUP) */
 };
 
 /* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
@@ -114,11 +115,12 @@ static ga_status authorize(const ga_dispatch *d, ga_call *call, ga_method_id m, 
                            char *why, size_t cap)
 {
     const char *job = NULL;
-    if (!d->auth || !names_job(m, msg, &job)) return GA_OK;
+    const ga_auth *auth = atomic_load_explicit(&d->auth, memory_order_acquire);
+    if (!auth || !names_job(m, msg, &job)) return GA_OK;
     const char *value;
     size_t len;
     size_t n = ga_call_metadata(call, GA_AUTH_METADATA_KEY, &value, &len);
-    ga_status st = ga_auth_check(d->auth, job, value, len, n, why, cap);
+    ga_status st = ga_auth_check(auth, job, value, len, n, why, cap);
     if (st != GA_OK) ga_log(GA_LOG_WARN, "%s from %s refused: %s", ga_methods[m].name, ga_call_peer(call), why);
     return st;
 }
@@ -220,7 +222,7 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
 
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth)
 {
-    d->auth = auth;
+    atomic_store_explicit(&d->auth, auth, memory_order_release);
 }
 
 const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d)

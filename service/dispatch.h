@@ -23,8 +23,9 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
  * that job's bearer token (auth.h), checked here on the completion-queue thread before anything
  * reaches the loop (streams: at their first chunk; later chunks must name the same job). A
  * refused call is finished with GA_E_UNAUTHENTICATED or GA_E_PERMISSION_DENIED and changes
- * nothing. Health needs none. auth is borrowed (outlives d); NULL = no tokens. Before the
- * transport starts. */
+ * nothing. Health needs none. auth is borrowed; NULL = no tokens. Called again while the
+ * transport runs (a reload), the calls checked from then on use the new table, and the old one
+ * must stay alive until the transport stopped (a check may still be reading it). Any thread. */
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth);
 /* The handler table to give ga_rpc_server_start; valid while d lives. */
 const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d);

@@ -75,15 +75,17 @@ static void stop_queues(ga_rpc_server *s)
 static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
 /* Plaintext, TLS, or mutual TLS (the client's certificate must chain to the client CA: a
- * client without one, or with another CA's, fails the handshake before any call exists). */
-static grpc_server_credentials *server_credentials(const ga_rpc_options *opt)
+ * client without one, or with another CA's, fails the handshake before any call exists), the
+ * TLS material read at every handshake (rpc_tls.h). */
+static grpc_server_credentials *server_credentials(ga_rpc_server *s)
 {
-    if (!opt->tls_cert_pem) return grpc_insecure_server_credentials_create();
-    grpc_ssl_pem_key_cert_pair pair = {opt->tls_key_pem, opt->tls_cert_pem};
-    grpc_ssl_client_certificate_request_type req = opt->tls_client_ca_pem
-                                                       ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                                                       : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
-    return grpc_ssl_server_credentials_create_ex(opt->tls_client_ca_pem, &pair, 1, req, NULL);
+    return s->tls ? ga_rpc_tls_credentials(s->tls) : grpc_insecure_server_credentials_create();
+}
+
+ga_status ga_rpc_server_set_tls(ga_rpc_server *s, const char *cert_pem, const char *key_pem, const char *client_ca_pem)
+{
+    if (!s || !s->tls) return GA_E_CONFIG;
+    return ga_rpc_tls_set(s->tls, cert_pem, key_pem, client_ca_pem);
 }
 
 ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *handlers,
@@ -105,6 +107,11 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
     }
     s->nqueues = opt->threads;
     s->h = handlers;
+    if (opt->tls_cert_pem && !(s->tls = ga_rpc_tls_create(opt->tls_cert_pem, opt->tls_key_pem, opt->tls_client_ca_pem))) {
+        ga_free(s->queues);
+        ga_free(s);
+        return GA_E_NOMEM;
+    }
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     atomic_init(&s->stopping, false);
     atomic_init(&s->stopped, false);
@@ -141,9 +148,9 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
     }
     int bound = 0;
     if (rc == GA_OK) {
-        grpc_server_credentials *creds = server_credentials(opt);
-        bound = grpc_server_add_http2_port(s->server, opt->listen, creds);
-        grpc_server_credentials_release(creds);
+        grpc_server_credentials *creds = server_credentials(s);
+        bound = creds ? grpc_server_add_http2_port(s->server, opt->listen, creds) : 0;
+        if (creds) grpc_server_credentials_release(creds);
         if (bound == 0) rc = GA_E_IO; /* cannot bind, or the port is taken */
     }
     if (rc != GA_OK) {
@@ -151,6 +158,7 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
         grpc_server_destroy(s->server);
         stop_queues(s);
         grpc_shutdown();
+        ga_rpc_tls_destroy(s->tls);
         ga_free(s);
         return rc;
     }
@@ -196,5 +204,6 @@ void ga_rpc_server_destroy(ga_rpc_server *s)
     grpc_server_destroy(s->server);
     stop_queues(s); /* drains each queue: late completions of released calls run here */
     grpc_shutdown();
+    ga_rpc_tls_destroy(s->tls);
     ga_free(s);
 }

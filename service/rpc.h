@@ -74,6 +74,10 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
 void ga_rpc_server_shutdown(ga_rpc_server *s, void (*done)(void *arg), void *arg);
 /* Cancels every call still open (they finish with CANCELLED on the client). Any thread. */
 void ga_rpc_server_cancel_all(ga_rpc_server *s);
+/* Replaces the TLS certificate chain, key and client CA for the connections that follow (those
+ * open keep theirs). GA_E_CONFIG on a plaintext server, or when client_ca's presence differs
+ * from the start's (mutual TLS stays as started); nothing changes then. Any thread. */
+ga_status ga_rpc_server_set_tls(ga_rpc_server *s, const char *cert_pem, const char *key_pem, const char *client_ca_pem);
 /* Joins the threads and frees the server; after the shutdown's done ran. NULL is a no-op. */
 void ga_rpc_server_destroy(ga_rpc_server *s);
 

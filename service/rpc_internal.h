@@ -10,6 +10,7 @@
 
 #include "ga_tsan.h"
 #include "rpc.h"
+#include "rpc_tls.h"
 
 /* What a completion is about. A tag is embedded in its owner, so no completion allocates. */
 typedef enum rpc_tag_kind {
@@ -45,6 +46,7 @@ struct ga_rpc_server {
     void (*done)(void *arg);
     void *done_arg;
     rpc_tag shutdown_tag;
+    ga_rpc_tls *tls; /* NULL: plaintext */
 };
 
 typedef struct rpc_out {

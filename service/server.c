@@ -4,6 +4,7 @@
 #include "server.h"
 
 #include <signal.h>
+#include <string.h>
 #include <stdbool.h>
 #include <uv.h>
 
@@ -47,9 +48,13 @@ struct ga_server {
     ga_rpc_server *rpc;
     ga_admin *admin; /* NULL when cfg.admin_listen is "" */
     uv_timer_t delay_timer, grace_timer;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     bool timers_open, signals_open;
     phase phase;
+    /* Token tables replaced by a reload: a check on a completion-queue thread may still read
+     * one, so they are freed with the server, after the transport. */
+    ga_auth **retired;
+    size_t nretired;
 };
 
 /* ---- teardown (loop thread) ---- */
@@ -81,6 +86,7 @@ static void teardown_rest(void *arg)
     if (s->signals_open) {
         close_handle((uv_handle_t *)&s->sigterm);
         close_handle((uv_handle_t *)&s->sigint);
+        close_handle((uv_handle_t *)&s->sighup);
     }
     s->phase = P_STOPPED;
     ga_loop_stop(s->loop);
@@ -182,6 +188,53 @@ static void on_signal(uv_signal_t *h, int signum)
     begin_drain(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT", true);
 }
 
+/* SIGHUP: the TLS files and the token file are read again, checked as at start, and take effect
+ * for the handshakes and calls that follow (connections and calls under way keep what they
+ * had). Anything wrong, and nothing changes: the error is logged and the material in use stays.
+ * TLS and tokens cannot be turned on or off, nor mutual TLS, while the server runs. */
+static void reload(ga_server *s)
+{
+    if (s->phase != P_RUNNING) return;
+    ga_security fresh = {0}; /* left as it is by a failed load */
+    char why[512];
+    ga_status st = ga_security_load(&s->cfg, &fresh, why, sizeof why);
+    if (st == GA_OK && !fresh.cert_pem != !s->cfg.tls_cert[0]) st = GA_E_CONFIG; /* cannot happen: same flags */
+    if (st == GA_OK && fresh.cert_pem &&
+        (st = ga_rpc_server_set_tls(s->rpc, fresh.cert_pem, fresh.key_pem, fresh.client_ca_pem)) != GA_OK)
+        snprintf(why, sizeof why, "mutual TLS cannot be turned on or off while the server runs");
+    ga_auth **grown = NULL;
+    if (st == GA_OK && fresh.auth && !(grown = ga_malloc((s->nretired + 1) * sizeof *grown))) {
+        st = GA_E_NOMEM;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "SIGHUP: not reloaded (%s); the TLS files and tokens in use stay", why);
+        ga_security_free(&fresh);
+        return;
+    }
+    if (fresh.auth) {
+        if (s->nretired) memcpy(grown, s->retired, s->nretired * sizeof *grown);
+        grown[s->nretired++] = s->sec.auth;
+        ga_free(s->retired);
+        s->retired = grown;
+        s->sec.auth = fresh.auth;
+        ga_dispatch_set_auth(s->dispatch, fresh.auth);
+        fresh.auth = NULL;
+    }
+    ga_log(GA_LOG_INFO, "SIGHUP: reloaded %s",
+           fresh.cert_pem && s->sec.auth ? "the TLS files and the tokens"
+           : fresh.cert_pem              ? "the TLS files"
+           : s->sec.auth                 ? "the tokens"
+                                         : "nothing (the server runs without TLS and tokens)");
+    ga_security_free(&fresh);
+}
+
+static void on_reload(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    reload(h->data);
+}
+
 /* ---- start (loop thread) ---- */
 
 /* A scrape (admin.h): the process, the core's jobs, and the transport's counters. */
@@ -220,9 +273,11 @@ static ga_status open_handles(ga_server *s)
     if (!s->cfg.install_signals) return GA_OK;
     uv_signal_init(uv, &s->sigterm);
     uv_signal_init(uv, &s->sigint);
-    s->sigterm.data = s->sigint.data = s;
+    uv_signal_init(uv, &s->sighup);
+    s->sigterm.data = s->sigint.data = s->sighup.data = s;
     s->signals_open = true;
-    if (uv_signal_start(&s->sigterm, on_signal, SIGTERM) != 0 || uv_signal_start(&s->sigint, on_signal, SIGINT) != 0)
+    if (uv_signal_start(&s->sigterm, on_signal, SIGTERM) != 0 || uv_signal_start(&s->sigint, on_signal, SIGINT) != 0 ||
+        uv_signal_start(&s->sighup, on_reload, SIGHUP) != 0)
         return GA_E_IO;
     return GA_OK;
 }
@@ -399,5 +454,7 @@ void ga_server_destroy(ga_server *s)
     uv_cond_destroy(&s->cv);
     uv_mutex_destroy(&s->mu);
     ga_security_free(&s->sec); /* after the transport and dispatch that borrowed auth */
+    for (size_t i = 0; i < s->nretired; i++) ga_auth_destroy(s->retired[i]);
+    ga_free(s->retired);
     ga_free(s);
 }
