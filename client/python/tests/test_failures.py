@@ -135,7 +135,8 @@ def test_a_killed_rank_is_lost_within_the_bound(lossy, job) -> None:
     print(f"a killed rank: told after {told:.3f} s")
     bound = (LOST_MS + LOST_MS / 4) / 1000 + SLOW
     assert told < bound, f"told after {told:.1f} s, bound {bound:.1f} s"
-    assert told >= LOST_MS / 1000 * 0.9, f"told after {told:.2f} s: before the lease could lapse"
+    # Its last heartbeat may precede the kill by up to a heartbeat period (LOST_MS / 4).
+    assert told >= (LOST_MS - LOST_MS / 4) / 1000 * 0.95, f"told after {told:.2f} s: before the lease could lapse"
 
 
 def test_a_busy_rank_is_not_lost(lossy, job) -> None:
