@@ -69,6 +69,16 @@ ga_job *ga_core_job(ga_core *c, const char *name)
     return NULL;
 }
 
+ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why)
+{
+    ga_job *job = ga_core_job(c, name);
+    if (!job) {
+        *st = GA_E_UNKNOWN_JOB;
+        snprintf(why, GA_WHY_CAP, "job '%s' does not exist", name ? name : "");
+    }
+    return job;
+}
+
 uint64_t ga_core_bytes(const ga_core *c)
 {
     uint64_t total = c->held_bytes;
@@ -383,12 +393,8 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
 {
     char why[GA_WHY_CAP];
     ga_status st = GA_OK;
-    ga_job *job = ga_core_job(c, req->job);
-    if (!job) {
-        st = GA_E_UNKNOWN_JOB;
-        snprintf(why, sizeof why, "job '%s' does not exist", req->job ? req->job : "");
-        goto done;
-    }
+    ga_job *job = ga_core_job_named(c, req->job, &st, why);
+    if (!job) goto done;
     bool saw_failure = false; /* an incarnation a rank's failure was reported to may still leave */
     if (req->rank < job->world) {
         ga_member *m = &job->members[req->rank];

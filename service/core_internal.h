@@ -27,6 +27,9 @@ struct ga_core {
 };
 
 ga_job *ga_core_job(ga_core *c, const char *name);
+/* ga_core_job, and when there is no such job: NULL with *st = GA_E_UNKNOWN_JOB and the message
+ * in why[0..GA_WHY_CAP). */
+ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why);
 /* Bytes held by every job's store plus the payloads held. */
 uint64_t ga_core_bytes(const ga_core *c);
 /* The rank made a call now. */

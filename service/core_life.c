@@ -82,12 +82,8 @@ void ga_core_delete_job(ga_core *c, ga_call *call, Gradagg__V1__DeleteJobRequest
 {
     char why[GA_WHY_CAP];
     ga_status st = GA_OK;
-    ga_job *job = ga_core_job(c, req->job);
-    if (!job) {
-        st = GA_E_UNKNOWN_JOB;
-        snprintf(why, sizeof why, "job '%s' does not exist", req->job ? req->job : "");
-        goto done;
-    }
+    ga_job *job = ga_core_job_named(c, req->job, &st, why);
+    if (!job) goto done;
     for (uint32_t r = 0; r < job->world; r++) {
         const ga_member *m = &job->members[r];
         bool told = job->failed_incarnations && job->failed_incarnations[r] == m->incarnation;

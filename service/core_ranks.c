@@ -123,14 +123,11 @@ void ga_core_heartbeat(ga_core *c, ga_call *call, Gradagg__V1__HeartbeatRequest 
 {
     char why[GA_WHY_CAP];
     ga_status st = GA_OK;
-    ga_job *job = ga_core_job(c, req->job);
-    if (!job) {
-        st = GA_E_UNKNOWN_JOB;
-        snprintf(why, sizeof why, "job '%s' does not exist", req->job ? req->job : "");
-    } else if (job->fault != GA_OK) {
+    ga_job *job = ga_core_job_named(c, req->job, &st, why);
+    if (job && job->fault != GA_OK) {
         st = job->fault;
         snprintf(why, sizeof why, "%s", job->fault_why);
-    } else if ((st = ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why)) == GA_OK) {
+    } else if (job && (st = ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why)) == GA_OK) {
         ga_core_touch(c, job, req->rank);
     }
     if (st == GA_OK) {
