@@ -403,18 +403,21 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
                       m->incarnation == req->incarnation;
     }
     if (!saw_failure) GA_CHECK_GOTO(ga_job_member_check(job, req->rank, req->incarnation, why, sizeof why), st, done);
-    bool failing = req->failed && !saw_failure;
-    ga_journal_member change = {req->rank, failing && !ga_core_rank_goes_on(job) ? 2 : 1, req->incarnation};
+    /* A rank that fails, or one told of a failure, is gone, but its step waits for the rank (its
+     * restart), unless the job goes on without failed ranks. */
+    bool failing = req->failed && !saw_failure, waited = (failing && !ga_core_rank_goes_on(job)) || saw_failure;
+    ga_journal_member change = {req->rank, waited ? 2 : 1, req->incarnation};
     GA_CHECK_GOTO(ga_persist_member(job, &change, why), st, done);
     ga_core_touch(c, job, req->rank);
-    if (failing) {
-        /* Gone, but its step does not close without it unless the job goes on without it. */
-        char what[GA_WHY_CAP];
-        snprintf(what, sizeof what, "failed: %s", reason_text(req->reason));
+    if (failing || saw_failure) {
         job->members[req->rank].left = true;
         job->members[req->rank].failed_left = true;
+    }
+    if (failing) {
+        char what[GA_WHY_CAP];
+        snprintf(what, sizeof what, "failed: %s", reason_text(req->reason));
         if (ga_core_rank_failed(job, req->rank, false, what)) ga_core_member_gone(job, req->rank);
-    } else {
+    } else if (!saw_failure) {
         ga_core_member_gone(job, req->rank);
     }
     ga_core_rank_replaced(job);
