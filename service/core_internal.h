@@ -87,6 +87,9 @@ ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why); /* befor
 ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why); /* before the ack */
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete); /* CLOSE record / STEP sync */
 ga_status ga_persist_member(ga_job *job, const ga_journal_member *change, char *why); /* a Leave, a return */
+/* Renames a job directory to "<dir>.<kind>-<unix ms>" (the name in aside[0..cap)), which no
+ * restore reads; GA_E_IO with why when the rename fails. */
+ga_status ga_persist_put_aside(const char *dir, const char *kind, char *aside, size_t cap, char *why);
 /* Replays a MEMBER record as the live Leave or Join made it (core.c). */
 ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, char *why, size_t cap);
 void ga_persist_applied(ga_job *job, uint64_t version);  /* queued the apply of version: checkpoint when due */

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core_internal.h"
 #include "fileio.h"
@@ -28,13 +27,6 @@ void ga_core_job_check_finished(ga_job *job)
            job->version, job->core->opt.finished_retention_s);
 }
 
-static uint64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 ga_status ga_core_job_remove(ga_core *c, ga_job *job, bool keep, const char *because, char *why)
 {
     if (!ga_taskq_idle(&job->tasks) || job->pulls || job->init_waits) {
@@ -52,8 +44,7 @@ ga_status ga_core_job_remove(ga_core *c, ga_job *job, bool keep, const char *bec
     ga_status st = GA_OK;
     if (dir && keep) {
         char aside[4200];
-        snprintf(aside, sizeof aside, "%s.finished-%" PRIu64, dir, unix_ms());
-        if (rename(dir, aside) != 0) st = ga_status_fail(GA_E_IO, why, GA_WHY_CAP, "moving %s aside failed", dir);
+        st = ga_persist_put_aside(dir, "finished", aside, sizeof aside, why);
     } else if (dir) {
         st = ga_file_remove_dir(dir, why, GA_WHY_CAP);
     }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <errno.h>
 #include <time.h>
 
 #include "checkpoint.h"
@@ -52,6 +53,14 @@ static uint64_t unix_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+ga_status ga_persist_put_aside(const char *dir, const char *kind, char *aside, size_t cap, char *why)
+{
+    snprintf(aside, cap, "%s.%s-%" PRIu64, dir, kind, unix_ms());
+    if (rename(dir, aside) != 0)
+        return ga_status_fail(GA_E_IO, why, GA_WHY_CAP, "moving %s aside to %s: %s", dir, aside, strerror(errno));
+    return GA_OK;
+}
+
 /* ---- appends ---- */
 
 static bool persisting(const ga_job *job) { return job->dir && !job->core->replaying; }
@@ -65,9 +74,8 @@ ga_status ga_persist_job(ga_job *job, char *why)
     struct stat sb;
     if (stat(dir, &sb) == 0) {
         /* Left by a job of this name that could not be restored: kept aside, never mixed in. */
-        char aside[4200];
-        snprintf(aside, sizeof aside, "%s.unrestored-%" PRIu64, dir, unix_ms());
-        if (rename(dir, aside) == 0)
+        char aside[4200], ignored[GA_WHY_CAP];
+        if (ga_persist_put_aside(dir, "unrestored", aside, sizeof aside, ignored) == GA_OK)
             ga_log(GA_LOG_WARN, "job '%s': moved the unrestorable %s aside to %s", job->name, dir, aside);
     }
     ga_status st = ga_journal_open(&job->journal, dir, job->target + 1, c->opt.journal_sync, why, GA_WHY_CAP);
