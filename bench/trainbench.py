@@ -72,6 +72,7 @@ SYSTEMS = {s.name: s for s in [
     System("ddp-powersgd1", "ddp", ("--hook", "powersgd", "--psgd-rank", "1", "--bucket-mb", "1024")),
     System("ddp-powersgd4", "ddp", ("--hook", "powersgd", "--psgd-rank", "4", "--bucket-mb", "1024")),
     System("gradagg-none", "gradagg", ("--codec", "none")),
+    System("gradagg-none-serial", "gradagg", ("--codec", "none", "--no-overlap")),
     System("gradagg-fp16", "gradagg", ("--codec", "fp16")),
     # DistributedOptimizer's defaults: automatic 2bit thresholds both ways, momentum on the worker.
     System("gradagg-2bit", "gradagg", ("--codec", "2bit")),
@@ -105,6 +106,7 @@ class Bench:
     logdir: str
     net: Optional[nn.Network] = None
     procs: List[Proc] = field(default_factory=list)
+    shards: List[Proc] = field(default_factory=list)  # this row's gradagg-server processes
     dirs: List[str] = field(default_factory=list)
     row_id: int = 0
     port: int = 29600
@@ -124,6 +126,7 @@ class Bench:
     def stop_all(self) -> None:
         while self.procs:
             self.procs.pop().stop(grace=20)
+        self.shards.clear()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
         self.dirs.clear()
@@ -141,6 +144,7 @@ class Bench:
         p = self.spawn(f"{node}-server", self.prefix(link, node) + [
             self.args.server, "--listen", f"{host}:{0 if link == 'lo' else 7070}", "--admin-listen", f"{host}:0",
             "--data-dir", data, "--log-level", "warn", *self.args.server_arg])
+        self.shards.append(p)
         while True:
             line = p.next_line(deadline)
             if line is None:
@@ -166,11 +170,13 @@ class Bench:
         for p in ranks:
             p.next_event(deadline)  # "ready": joined, model built
         link0 = None if link == "lo" else self.net.counters()
+        shard_cpu0 = sum(cpu_seconds(p.pid) for p in self.shards)
         for p in ranks:
             p.send("go")
         reports = [p.next_event(deadline) for p in ranks]
+        shard_cpu = sum(cpu_seconds(p.pid) for p in self.shards) - shard_cpu0
         link1 = None if link == "lo" else self.net.counters()
-        return report.system_row(reports, a.iters, link0, link1)
+        return report.system_row(reports, a.iters, link0, link1, shard_cpu)
 
     def run_row(self, link: str, regime: str, sysm: System) -> Dict[str, Any]:
         base = {"link": link, "regime": regime, "batch": REGIMES[regime], "system": sysm.name, "kind": sysm.kind,
@@ -185,6 +191,14 @@ class Bench:
             self.stop_all()
         row["wall_s"] = time.monotonic() - t0
         return row
+
+
+def cpu_seconds(pid: int) -> float:
+    """A live process's user + system CPU time, every thread ((14) utime and (15) stime of
+    /proc/PID/stat, after the parenthesised command name)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:

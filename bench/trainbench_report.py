@@ -14,9 +14,11 @@ def median(xs: List[float]) -> float:
 
 
 def system_row(reports: List[Dict[str, Any]], iters: int, link0: Optional[Dict[str, List[int]]],
-               link1: Optional[Dict[str, List[int]]]) -> Dict[str, Any]:
+               link1: Optional[Dict[str, List[int]]], shard_cpu_s: float = 0.0) -> Dict[str, Any]:
     """Rank 0's iteration times and losses (every rank evaluates at the same iterations, outside
-    the timed part, so rank 0's clock is the job's); the bytes each node's link carried."""
+    the timed part, so rank 0's clock is the job's); the bytes each node's link carried; the CPU
+    time per iteration of the ranks (their timed parts, every thread) and of the shards (from
+    the first iteration to the last report, divided by the iterations)."""
     r0 = reports[0]
     elapsed, t = [0.0], 0.0
     for s in r0["iter_s"]:
@@ -30,7 +32,14 @@ def system_row(reports: List[Dict[str, Any]], iters: int, link0: Optional[Dict[s
                            "final_loss": curve[-1][2], "train_s": elapsed[-1],
                            "bytes_pushed_per_rank_iter": statistics.mean(r["bytes_pushed"] for r in reports) / iters,
                            "bytes_pulled_per_rank_iter": statistics.mean(r["bytes_pulled"] for r in reports) / iters,
-                           "rank_medians_s": [median(r["iter_s"][WARMUP:]) for r in reports]}
+                           "rank_medians_s": [median(r["iter_s"][WARMUP:]) for r in reports],
+                           "mean_s": statistics.mean(r0["iter_s"][WARMUP:]),
+                           "ranks_cpu_s": sum(statistics.mean(r["cpu_s"][WARMUP:]) for r in reports),
+                           "shards_cpu_s": shard_cpu_s / iters,
+                           "cpus": os.cpu_count(),
+                           # gradagg: rank 0's encode, push, wait + pull and decode (its bucket
+                           # clients' sums, medians; they overlap one another with buckets)
+                           "median_phases_s": [median([p[j] for p in r0["phases_s"][WARMUP:]]) for j in range(4)]}
     if link0 is not None and link1 is not None:
         per = {n: [(b1 - b0) / iters for b0, b1 in zip(link0[n], link1[n])] for n in link0}
         row["link_bytes_per_iter"] = per  # node -> [received, sent]
@@ -118,6 +127,17 @@ def row_line(r: Dict[str, Any]) -> str:
             f"{_f(r.get('ttt_x_ddp'), '.2f')} | {_f(r.get('ttt_x_hook'), '.2f')} |")
 
 
+CPU_HEADER = ("| system | iteration ms | ranks' CPU ms | shards' CPU ms | CPU ÷ cores ms | ÷ iteration |\n"
+              "|---|---:|---:|---:|---:|---:|")
+
+
+def cpu_line(r: Dict[str, Any]) -> str:
+    total = r["ranks_cpu_s"] + r["shards_cpu_s"]
+    per_core = total / r["cpus"]
+    return (f"| {r['system']} | {r['mean_s'] * 1e3:.0f} | {r['ranks_cpu_s'] * 1e3:.0f} | "
+            f"{r['shards_cpu_s'] * 1e3:.0f} | {per_core * 1e3:.0f} | {per_core / r['mean_s']:.2f} |")
+
+
 def tables(info: Dict[str, Any]) -> str:
     out = []
     a = info["args"]
@@ -139,9 +159,15 @@ def tables(info: Dict[str, Any]) -> str:
         out += [row_line(r) for r in rows]
         out.append(f"\nWhere rank 0's iteration goes ({link}, {regime}; medians): DDP and the overlapped gradagg "
                    "systems communicate during backward, the others in step()\n\n"
-                   "| system | zero_grad + forward + backward ms | step() ms |\n|---|---:|---:|")
-        out += [f"| {r['system']} | {r['median_fwdbwd_s'] * 1e3:.0f} | {r['median_step_s'] * 1e3:.0f} |"
+                   "| system | zero_grad + forward + backward ms | step() ms | gradagg encode / push / wait + pull / "
+                   "decode ms (the buckets' sums) |\n|---|---:|---:|---|")
+        out += [f"| {r['system']} | {r['median_fwdbwd_s'] * 1e3:.0f} | {r['median_step_s'] * 1e3:.0f} | "
+                f"{' / '.join(f'{v * 1e3:.0f}' for v in r['median_phases_s']) if r['kind'] == 'gradagg' else '–'} |"
                 for r in rows if r["status"] == "ok"]
+        out.append(f"\nCPU per iteration ({link}, {regime}; means): every rank's timed part and every shard, "
+                   "against the iteration; CPU ÷ cores is the iteration these processes would take if only "
+                   "the cores bound them\n\n" + CPU_HEADER)
+        out += [cpu_line(r) for r in rows if r["status"] == "ok" and "ranks_cpu_s" in r]
     return "\n".join(out)
 
 

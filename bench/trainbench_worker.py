@@ -127,20 +127,27 @@ def main() -> int:
             raise RuntimeError("no go line on stdin")
         iter_s: List[float] = []
         fwdbwd_s: List[float] = []  # zero_grad, forward and backward: the rest of iter_s is step()
+        cpu_s: List[float] = []  # this process's CPU time (every thread) over the same part as iter_s
         evals: List[List[float]] = [[0, task.eval_loss(model)]]
         pushed = pulled = 0
+        phases_s: List[List[float]] = []  # gradagg: encode, push, wait + pull, decode; all bucket clients' sums
         for i in range(a.iters):
             x, y = task.batch(a.rank, i, a.batch)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             opt.zero_grad(set_to_none=False)
             torch.nn.functional.cross_entropy(net(x), y).backward()
             fwdbwd_s.append(time.perf_counter() - t0)
             opt.step()
             iter_s.append(time.perf_counter() - t0)
+            cpu_s.append(time.process_time() - c0)
+            phases = [0.0] * 4
             for client in gradagg_clients(opt, net):
                 st = client.stats
                 pushed += st.bytes_pushed
                 pulled += st.bytes_pulled
+                for j, v in enumerate((st.encode_s, st.push_s, st.pull_s, st.decode_s)):
+                    phases[j] += v
+            phases_s.append(phases)
             if (i + 1) % a.eval_every == 0 or i + 1 == a.iters:
                 evals.append([i + 1, task.eval_loss(model)])
         if not all(torch.isfinite(p).all() for p in model.parameters()):
@@ -149,7 +156,7 @@ def main() -> int:
             opt.close()
         if hasattr(net, "gradagg_state"):
             net.gradagg_state.close()
-        emit({"event": "done", "rank": a.rank, "iter_s": iter_s, "fwdbwd_s": fwdbwd_s, "evals": evals,
+        emit({"event": "done", "rank": a.rank, "iter_s": iter_s, "fwdbwd_s": fwdbwd_s, "cpu_s": cpu_s, "phases_s": phases_s, "evals": evals,
               "bytes_pushed": pushed, "bytes_pulled": pulled})
         return 0
     except Exception as e:
