@@ -87,11 +87,14 @@ SYSTEMS = {s.name: s for s in [
     System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--pull-codec", "2bit")),
     # DDP and torch.optim.SGD, the buckets reduced through gradagg.torch.comm_hook.
     System("gradagg-hook-none", "ddp", ("--hook", "gradagg", "--codec", "none")),
+    System("gradagg-hook-fp16", "ddp", ("--hook", "gradagg", "--codec", "fp16")),
     System("gradagg-hook-2bit-2bitpull", "ddp", ("--hook", "gradagg", "--codec", "2bit", "--pull-codec", "2bit")),
     # The same with the momentum moved into the hook (DGC's correction before the encode) and the
     # model's SGD without momentum, as DistributedOptimizer does with a residual codec.
     System("gradagg-hook-2bit-2bitpull-wm", "ddp",
            ("--hook", "gradagg", "--codec", "2bit", "--pull-codec", "2bit", "--hook-momentum")),
+    # top-k at DistributedOptimizer's training ratio (10%), the momentum in the hook.
+    System("gradagg-hook-topk", "ddp", ("--hook", "gradagg", "--codec", "topk", "--ratio", "0.1", "--hook-momentum")),
 ]}
 DEFAULT_SYSTEMS = ",".join(SYSTEMS)
 # Samples per rank per iteration. With an optimised BLAS (scripts/bootstrap installs OpenBLAS) 32

@@ -45,7 +45,7 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
         from gradagg.torch import CommHookState, comm_hook
         ddp.gradagg_state = CommHookState(a.server, a.job, a.rank, a.world, codec=a.codec,
                                           momentum=a.momentum if a.hook_momentum else 0.0,
-                                          threshold=gradagg_threshold(a), pull_codec=a.pull_codec,
+                                          threshold=gradagg_threshold(a), ratio=a.ratio, pull_codec=a.pull_codec,
                                           pull_threshold=a.pull_threshold, threads=1, call_timeout_ms=120000,
                                           step_timeout_ms=600000)
         ddp.register_comm_hook(ddp.gradagg_state, comm_hook)
