@@ -101,9 +101,10 @@ bool ga_shard_retryable(ga_status st)
 {
     /* A draining server answers E_DRAINING (gRPC UNAVAILABLE), and one that stops cancels the
      * calls still open (CANCELLED: the SDK never cancels a call of its own that it retries):
-     * its replacement will take the call, as it would after a lost connection. Every call
+     * its replacement will take the call, as it would after a lost connection. A server whose
+     * memory is full for now (E_BUSY) takes the call once other calls have ended. Every call
      * retried is idempotent (a push counted twice is answered duplicate). */
-    return st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED;
+    return st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED || st == GA_E_BUSY;
 }
 
 bool ga_client_may_retry(const ga_client *c, uint32_t tries, double first_failure)

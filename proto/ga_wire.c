@@ -37,6 +37,7 @@ grpc_status_code ga_wire_grpc_code(ga_status st)
     /* the server's limits */
     case GA_E_NOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case GA_E_LIMIT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case GA_E_BUSY: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     /* the server's own failures, never the client's fault */
     case GA_E_CAPACITY: return GRPC_STATUS_INTERNAL;
     case GA_E_NO_CUDA: return GRPC_STATUS_INTERNAL;
@@ -369,6 +370,86 @@ static void slices_put(grpc_slice *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) grpc_slice_unref(s[i]);
     ga_free(s);
+}
+
+static bool repeated_scalar(const ProtobufCFieldDescriptor *fd)
+{
+    return fd && fd->label == PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_MESSAGE &&
+           fd->type != PROTOBUF_C_TYPE_STRING && fd->type != PROTOBUF_C_TYPE_BYTES;
+}
+
+/* Elements of a packed field of `len` bytes: varints end at a byte below 0x80; fixed ones are 4
+ * or 8 bytes. False past the end. */
+static bool count_packed(slice_cursor *c, const ProtobufCFieldDescriptor *fd, size_t len, size_t *count)
+{
+    switch (fd->type) {
+    case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_FLOAT:
+        *count += len / 4;
+        return cursor_take(c, NULL, len);
+    case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_SFIXED64: case PROTOBUF_C_TYPE_DOUBLE:
+        *count += len / 8;
+        return cursor_take(c, NULL, len);
+    default:
+        for (size_t k = 0; k < len; k++) {
+            uint8_t b;
+            if (!cursor_byte(c, &b)) return false;
+            if (!(b & 0x80)) ++*count;
+        }
+        return true;
+    }
+}
+
+void ga_wire_most_repeated(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, size_t *most,
+                           const char **field)
+{
+    *most = 0;
+    *field = NULL;
+    enum { MAX_FIELDS = 64 };
+    size_t counts[MAX_FIELDS] = {0};
+    if (!desc || !bb || desc->n_fields > MAX_FIELDS) return;
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return;
+    size_t total = grpc_byte_buffer_length(r.buffer_out), n = 0, cap = 0;
+    grpc_slice *s = NULL, one;
+    while (grpc_byte_buffer_reader_next(&r, &one)) {
+        if (n == cap) {
+            grpc_slice *more = ga_malloc((cap ? 2 * cap : 16) * sizeof *s);
+            if (!more) {
+                grpc_slice_unref(one);
+                break;
+            }
+            if (n) memcpy(more, s, n * sizeof *s);
+            ga_free(s);
+            s = more, cap = cap ? 2 * cap : 16;
+        }
+        s[n++] = one;
+    }
+    slice_cursor c = {s, n, 0, 0, 0};
+    while (c.pos < total) {
+        uint64_t tag, v;
+        if (!cursor_varint(&c, &tag)) break;
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
+        size_t *count = repeated_scalar(fd) ? &counts[fd - desc->fields] : NULL;
+        bool ok;
+        switch (tag & 7) {
+        case 0: ok = cursor_varint(&c, &v); break;
+        case 1: ok = cursor_take(&c, NULL, 8); break;
+        case 5: ok = cursor_take(&c, NULL, 4); break;
+        case 2:
+            ok = cursor_varint(&c, &v) && v <= total - c.pos;
+            if (ok && count) ok = count_packed(&c, fd, (size_t)v, count);
+            else if (ok) ok = cursor_take(&c, NULL, (size_t)v);
+            count = NULL; /* counted element by element */
+            break;
+        default: ok = false; break;
+        }
+        if (!ok) break;
+        if (count) ++*count;
+    }
+    for (unsigned f = 0; f < desc->n_fields; f++)
+        if (counts[f] > *most) *most = counts[f], *field = desc->fields[f].name;
+    slices_put(s, n);
+    grpc_byte_buffer_reader_destroy(&r);
 }
 
 ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out)

@@ -44,6 +44,13 @@ extern ProtobufCAllocator ga_wire_allocator;
  * number 0 included), GA_E_NOMEM. Fields the type does not have are ignored (proto3) and
  * dropped: the message comes back without unknown fields. The byte buffer is borrowed. */
 ga_status ga_wire_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, ProtobufCMessage **out);
+/* Before unpacking: the most elements any top-level repeated scalar field of desc holds in bb
+ * (packed or not), in *most, and that field's name in *field (NULL when none has any). Unpacking
+ * turns each element, however short on the wire (1 byte), into 8 bytes or more, so a server
+ * bounds this first. Reads the bytes without copying them; what does not parse counts as far as
+ * it went (unpack then refuses it). */
+void ga_wire_most_repeated(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb, size_t *most,
+                           const char **field);
 
 /* Packs `msg` into a new byte buffer. When payload != NULL, `len` bytes at payload are appended
  * as bytes field GA_WIRE_PAYLOAD_FIELD without a copy (msg's own field 15 must be empty); gRPC

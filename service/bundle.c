@@ -159,7 +159,8 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     return GA_OK;
 }
 
-ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, char *why, size_t why_cap)
+ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, ga_budget *budget, char *why,
+                      size_t why_cap)
 {
     ga_status rc;
     ga_push *b = *push, *fresh = NULL;
@@ -180,16 +181,20 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
         fresh->step = chunk->step;
         fresh->has_lr = chunk->has_lr;
         fresh->lr = chunk->lr;
+        fresh->budget = budget;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
         rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
+    size_t add = chunk->payload.len + push_header_bytes(chunk);
+    if (b->budget) GA_CHECK_GOTO(ga_budget_take(b->budget, add, "this chunk", why, why_cap), rc, fail);
     part.chunk = chunk;
     b->parts[b->count++] = part;
     b->payload_bytes += chunk->payload.len;
-    b->held_bytes += chunk->payload.len + push_header_bytes(chunk);
+    b->held_bytes += add;
+    if (b->budget) b->budgeted += add;
     *push = b;
     return GA_OK;
 fail:
@@ -198,9 +203,18 @@ fail:
     return rc;
 }
 
+size_t ga_push_unbudget(ga_push *push)
+{
+    if (!push) return 0;
+    size_t n = push->budgeted;
+    push->budgeted = 0;
+    return n;
+}
+
 void ga_push_free(ga_push *push)
 {
     if (!push) return;
+    if (push->budget && push->budgeted) ga_budget_give(push->budget, push->budgeted);
     for (size_t i = 0; i < push->count; i++) free_push_chunk(push->parts[i].chunk);
     ga_free(push->parts);
     ga_free(push->job);
@@ -316,7 +330,8 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
     return GA_OK;
 }
 
-ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, char *why, size_t why_cap)
+ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, ga_budget *budget, char *why,
+                      size_t why_cap)
 {
     ga_status rc;
     ga_init *b = *init, *fresh = NULL;
@@ -334,15 +349,19 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
         fresh->rank = chunk->rank;
         fresh->incarnation = chunk->incarnation;
         fresh->await_values = chunk->await_values;
+        fresh->budget = budget;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
         rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
+    size_t add = chunk->values.len + init_header_bytes(chunk);
+    if (b->budget) GA_CHECK_GOTO(ga_budget_take(b->budget, add, "this chunk", why, why_cap), rc, fail);
     b->parts[b->count++].chunk = chunk;
     b->payload_bytes += chunk->values.len;
-    b->held_bytes += chunk->values.len + init_header_bytes(chunk);
+    b->held_bytes += add;
+    if (b->budget) b->budgeted += add;
     *init = b;
     return GA_OK;
 fail:
@@ -351,9 +370,18 @@ fail:
     return rc;
 }
 
+size_t ga_init_unbudget(ga_init *init)
+{
+    if (!init) return 0;
+    size_t n = init->budgeted;
+    init->budgeted = 0;
+    return n;
+}
+
 void ga_init_free(ga_init *init)
 {
     if (!init) return;
+    if (init->budget && init->budgeted) ga_budget_give(init->budget, init->budgeted);
     for (size_t i = 0; i < init->count; i++) free_init_chunk(init->parts[i].chunk);
     ga_free(init->parts);
     ga_free(init->job);

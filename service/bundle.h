@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "ga_codec.h"
 #include "ga_methods.h"
 
@@ -31,6 +32,8 @@ typedef struct ga_push {
     size_t payload_bytes; /* the chunks' payloads */
     size_t held_bytes;    /* what the bundle holds: payloads plus each chunk's header (its
                              unpacked message, strings and part entry) */
+    ga_budget *budget;    /* where held_bytes were taken from as the chunks came (NULL: none) */
+    size_t budgeted;      /* of held_bytes, what is still taken: given back when freed */
     struct ga_push *next; /* the core's list of bundles lent to the store (job.h) */
 } ga_push;
 
@@ -46,6 +49,8 @@ typedef struct ga_init {
     size_t count, cap;
     size_t payload_bytes; /* the chunks' values */
     size_t held_bytes;    /* values plus each chunk's header, as for pushes */
+    ga_budget *budget;    /* as for pushes */
+    size_t budgeted;
     bool await_values;    /* every chunk's await_values: creates nothing, carries no values */
 } ga_init;
 
@@ -57,15 +62,23 @@ typedef struct ga_init {
  * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
  * header agrees with earlier chunks, tensor name non-empty and at most 1024 bytes, count > 0, offset + count does not overflow, codec known and
  * its parameters valid, payload length and contents valid for `count` elements
- * (ga_codec_check_payload), bundle held_bytes within max_bytes (GA_E_LIMIT). */
-ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
-void ga_push_free(ga_push *push); /* NULL is a no-op */
+ * (ga_codec_check_payload), bundle held_bytes within max_bytes (GA_E_LIMIT), and, when budget
+ * is not NULL, the chunk's bytes taken from it (GA_E_BUSY when the server's memory is full). A
+ * bundle's budget is the first chunk's. */
+ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, ga_budget *budget, char *why,
+                      size_t why_cap);
+void ga_push_free(ga_push *push); /* NULL is a no-op; gives back what is still budgeted */
+/* The bundle's budget reservation handed to the caller (who gives it back once it accounts the
+ * bundle itself): returns it and leaves the bundle with none. NULL: 0. */
+size_t ga_push_unbudget(ga_push *push);
 
 /* The same for init chunks: tensor name non-empty, shape non-empty with no zero dimension and a
  * product that fits, the same tensor always with the same shape, offset + count <= elements,
  * values empty or exactly 4 * count bytes of finite floats. */
-ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, char *why, size_t why_cap);
+ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_bytes, ga_budget *budget, char *why,
+                      size_t why_cap);
 void ga_init_free(ga_init *init);
+size_t ga_init_unbudget(ga_init *init);
 
 /* A wire Codec as (id, params): NULL reads as codec none. Errors with a message naming `what`:
  * GA_E_CODEC (unknown id), GA_E_INVAL (topk_values/topk_indices/adapt_rounds out of range),

@@ -15,6 +15,22 @@
 
 /* ---- create / destroy ---- */
 
+static void handle_closed(uv_handle_t *h) { ga_free(h); }
+
+uint64_t ga_core_own_bytes(const ga_core *c)
+{
+    uint64_t total = c->held_bytes;
+    for (size_t i = 0; i < c->njobs; i++) total += c->jobs[i]->store_bytes;
+    return total;
+}
+
+/* Once per loop turn, after the callbacks that change what the core holds (requests, the math
+ * tasks' ends, timers): the completion-queue threads' view of the budget. */
+static void account(uv_check_t *h)
+{
+    ga_core_publish_bytes(h->data);
+}
+
 ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **out)
 {
     ga_core_options o = GA_CORE_OPTIONS_INIT;
@@ -35,7 +51,18 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     if (!c) return GA_E_NOMEM;
     c->opt = o;
     c->loop = loop;
+    ga_budget_init(&c->budget, o.max_memory_bytes);
+    c->accounting = ga_calloc(1, sizeof *c->accounting);
+    if (!c->accounting) {
+        ga_free(c);
+        return GA_E_NOMEM;
+    }
+    uv_check_init(loop, c->accounting);
+    c->accounting->data = c;
+    uv_check_start(c->accounting, account);
+    uv_unref((uv_handle_t *)c->accounting); /* it alone does not keep the loop running */
     if ((st = ga_core_lease_start(c)) != GA_OK) {
+        uv_close((uv_handle_t *)c->accounting, handle_closed);
         ga_free(c);
         return st;
     }
@@ -55,6 +82,8 @@ void ga_core_destroy(ga_core *c)
         ga_job_destroy(job);
     }
     ga_core_lease_stop(c);
+    uv_check_stop(c->accounting);
+    uv_close((uv_handle_t *)c->accounting, handle_closed);
     ga_free(c->jobs);
     ga_free(c);
 }
@@ -81,9 +110,45 @@ ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why
 
 uint64_t ga_core_bytes(const ga_core *c)
 {
-    uint64_t total = c->held_bytes;
-    for (size_t i = 0; i < c->njobs; i++) total += c->jobs[i]->store_bytes;
-    return total;
+    return ga_core_own_bytes(c) + ga_budget_streams(&c->budget);
+}
+
+void ga_core_adopt(ga_core *c, size_t taken)
+{
+    ga_budget_set_core(&c->budget, ga_core_own_bytes(c) + taken);
+    ga_budget_give(&c->budget, taken);
+}
+
+void ga_core_publish_bytes(ga_core *c)
+{
+    ga_budget_set_core(&c->budget, ga_core_own_bytes(c));
+}
+
+ga_budget *ga_core_budget(ga_core *c)
+{
+    return &c->budget;
+}
+
+void ga_core_stream_check(ga_core *c, ga_call *call, const char *name, uint32_t rank, uint64_t incarnation)
+{
+    char why[GA_WHY_CAP];
+    ga_status st = GA_OK;
+    ga_job *job = ga_core_job(c, name);
+    if (!job) {
+        st = GA_E_UNKNOWN_JOB;
+        snprintf(why, sizeof why, "job '%s' does not exist (the first Join creates it)", name);
+    } else {
+        st = ga_job_member_check(job, rank, incarnation, why, sizeof why);
+    }
+    if (st == GA_OK && c->draining) {
+        st = GA_E_DRAINING;
+        snprintf(why, sizeof why, "the server is shutting down");
+    }
+    if (st == GA_OK && job->fault != GA_OK) {
+        st = job->fault;
+        snprintf(why, sizeof why, "%s", job->fault_why);
+    }
+    if (st != GA_OK) ga_call_refuse(call, st, "%s (refused at the stream's first chunk)", why);
 }
 
 void ga_core_touch(ga_core *c, ga_job *job, uint32_t rank)

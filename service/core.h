@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "budget.h"
 #include "bundle.h"
 #include "ga_exec.h"
 #include "journal.h"
@@ -55,6 +56,9 @@ typedef struct ga_core_options {
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
      100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false}
 
+/* The memory budget the transport takes unfinished streams' chunks from (any thread; budget.h). */
+ga_budget *ga_core_budget(ga_core *c);
+
 /* Borrows loop (must outlive the core). Errors: GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE,
  * GA_E_NOMEM. */
 ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **out);
@@ -68,6 +72,11 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req);
 void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req);
 void ga_core_init(ga_core *c, ga_call *call, ga_init *init);
 void ga_core_push(ga_core *c, ga_call *call, ga_push *push);
+/* The first chunk of a Push or InitTensors stream (whose end the core has not seen): refuses the
+ * stream at once (ga_call_refuse) when its job does not exist, (rank, incarnation) is not a
+ * member, the job failed or the server is draining, with the status and message its end would
+ * get. Borrows job; the caller holds the call. */
+void ga_core_stream_check(ga_core *c, ga_call *call, const char *job, uint32_t rank, uint64_t incarnation);
 void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req);
 void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req);
 void ga_core_heartbeat(ga_core *c, ga_call *call, Gradagg__V1__HeartbeatRequest *req); /* core_ranks.c */

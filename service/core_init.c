@@ -339,7 +339,7 @@ bool ga_core_init_cancel(ga_core *c, ga_call *call)
     return false;
 }
 
-void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
+static void init_received(ga_core *c, ga_call *call, ga_init *init)
 {
     char why[GA_WHY_CAP];
     ga_status st;
@@ -415,4 +415,11 @@ refuse:
 free:
     if (it) ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
     ga_init_free(init);
+}
+
+void ga_core_init(ga_core *c, ga_call *call, ga_init *init)
+{
+    ga_core_adopt(c, ga_init_unbudget(init)); /* from here the core accounts the bundle itself */
+    init_received(c, call, init);
+    ga_core_publish_bytes(c);
 }

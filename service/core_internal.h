@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "core.h"
 #include "job.h"
 
@@ -18,6 +19,8 @@ struct ga_core {
     ga_job **jobs;
     size_t njobs, jobs_cap;
     uint64_t held_bytes; /* push and init bundles (held_bytes) held by steps and queued tasks, all jobs */
+    ga_budget budget;    /* --max-memory-mb as the completion-queue threads see it (budget.h) */
+    uv_check_t *accounting; /* publishes the core's bytes to the budget once per loop turn */
     bool draining, drained;
     bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
     uint64_t corrupt_checkpoints; /* skipped at restore */
@@ -30,8 +33,17 @@ ga_job *ga_core_job(ga_core *c, const char *name);
 /* ga_core_job, and when there is no such job: NULL with *st = GA_E_UNKNOWN_JOB and the message
  * in why[0..GA_WHY_CAP). */
 ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why);
-/* Bytes held by every job's store plus the payloads held. */
+/* Bytes held by every job's store and the bundles the core holds. */
+uint64_t ga_core_own_bytes(const ga_core *c);
+/* Those and what unfinished streams and messages being received hold (budget.h): what
+ * --max-memory-mb bounds. */
 uint64_t ga_core_bytes(const ga_core *c);
+/* A stream's bundle reaches the core: its reservation (`taken`, budget.h) moves from the
+ * budget's streams to the core's published bytes, so that the core's own checks do not count
+ * it twice and the completion-queue threads never see it missing. */
+void ga_core_adopt(ga_core *c, size_t taken);
+/* Publishes the core's own bytes (stores and held bundles) to the budget. */
+void ga_core_publish_bytes(ga_core *c);
 /* The rank made a call now. */
 void ga_core_touch(ga_core *c, ga_job *job, uint32_t rank);
 /* A job's task queue went idle: finishes a drain once every queue is. */

@@ -128,6 +128,12 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
     write_checkpoint_gauges(c, t);
     ga_metrics_family(t, "gradagg_held_bytes", "gauge", "Push and init bundles (payloads and chunk headers) buffered by open steps, queued tasks and the store until the step's apply, all jobs.");
     ga_metrics_u64(t, "gradagg_held_bytes", NULL, 0, c->held_bytes);
+    ga_metrics_family(t, "gradagg_budget_bytes", "gauge",
+                      "What --max-memory-mb counts: jobs and held bundles (core), unfinished streams' chunks and the "
+                      "room for messages being received (streams).");
+    ga_label core_part = {"part", "core"}, streams_part = {"part", "streams"};
+    ga_metrics_u64(t, "gradagg_budget_bytes", &core_part, 1, ga_core_own_bytes(c));
+    ga_metrics_u64(t, "gradagg_budget_bytes", &streams_part, 1, ga_budget_streams(&c->budget));
     ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
                       "Checkpoints skipped at start-up because they did not verify (an older one was used).");
     ga_metrics_u64(t, "gradagg_checkpoints_corrupt_total", NULL, 0, c->corrupt_checkpoints);

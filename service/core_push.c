@@ -489,7 +489,7 @@ refuse:
     ga_push_free(push);
 }
 
-void ga_core_push(ga_core *c, ga_call *call, ga_push *push)
+static void push_received(ga_core *c, ga_call *call, ga_push *push)
 {
     char why[GA_WHY_CAP];
     ga_status st;
@@ -523,4 +523,11 @@ refuse:
     ga_call_finish(call, NULL, st, "%s", why);
 free:
     ga_push_free(push);
+}
+
+void ga_core_push(ga_core *c, ga_call *call, ga_push *push)
+{
+    ga_core_adopt(c, ga_push_unbudget(push)); /* from here the core accounts the bundle itself */
+    push_received(c, call, push);
+    ga_core_publish_bytes(c);
 }

@@ -3,14 +3,22 @@
  * finished here with the reason. */
 #include "dispatch.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "auth.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
+
+/* Client streams open from one client host (the peer address without its port). */
+typedef struct client_streams {
+    char host[64];
+    uint32_t open;
+} client_streams;
 
 struct ga_dispatch {
     ga_rpc_handlers handlers; /* ctx = this */
@@ -18,7 +26,12 @@ struct ga_dispatch {
     ga_core *core;
     ga_health *health;
     size_t max_stream_bytes;
+    uint32_t max_streams_per_client;
+    ga_budget *budget;          /* the core's; NULL without a core */
     const ga_auth *_Atomic auth; /* NULL: no tokens; replaced by a reload (SIGHUP) */
+    pthread_mutex_t clients_mu; /* guards clients: completion-queue threads */
+    client_streams *clients;    /* hosts with open > 0 */
+    size_t nclients, clients_cap;
 };
 
 /* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
@@ -52,6 +65,16 @@ static void post(ga_dispatch *d, ga_call *call, ga_method_id m, void *payload, v
     free_payload(m, payload);
     if (call) ga_call_finish(call, NULL, st, NULL);
 }
+
+/* A stream's first chunk, for the loop to check against the job (the stream's own bundle stays
+ * on its queue thread). */
+typedef struct stream_check {
+    ga_dispatch *d;
+    ga_call *call; /* held */
+    char *job;
+    uint32_t rank;
+    uint64_t incarnation;
+} stream_check;
 
 /* ---- on the loop thread ---- */
 
@@ -87,7 +110,101 @@ static void run_cancel(void *arg)
     ga_free(j);
 }
 
+static void run_stream_check(void *arg)
+{
+    stream_check *k = arg;
+    ga_core_stream_check(k->d->core, k->call, k->job, k->rank, k->incarnation);
+    ga_call_release(k->call);
+    ga_free(k->job);
+    ga_free(k);
+}
+
 /* ---- on completion-queue threads ---- */
+
+/* "ipv4:10.0.0.7:5123" -> "ipv4:10.0.0.7", "ipv6:[::1]:80" -> "ipv6:[::1]". */
+static void client_host(const ga_call *call, char *host, size_t cap)
+{
+    const char *peer = ga_call_peer(call);
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon && colon != strchr(peer, ':') ? (size_t)(colon - peer) : strlen(peer);
+    snprintf(host, cap, "%.*s", (int)n, peer);
+}
+
+/* One more stream open from the call's host, unless it has max_streams_per_client open. */
+static ga_status client_open(ga_dispatch *d, const ga_call *call, char *why, size_t cap)
+{
+    char host[sizeof d->clients->host];
+    client_host(call, host, sizeof host);
+    ga_status st = GA_OK;
+    pthread_mutex_lock(&d->clients_mu);
+    client_streams *e = NULL;
+    for (size_t i = 0; i < d->nclients && !e; i++)
+        if (strcmp(d->clients[i].host, host) == 0) e = &d->clients[i];
+    if (!e) {
+        if (d->nclients == d->clients_cap) {
+            size_t ncap = d->clients_cap ? 2 * d->clients_cap : 16;
+            client_streams *n = ga_malloc(ncap * sizeof *n);
+            if (n) {
+                if (d->nclients) memcpy(n, d->clients, d->nclients * sizeof *n);
+                ga_free(d->clients);
+                d->clients = n, d->clients_cap = ncap;
+            }
+        }
+        if (d->nclients < d->clients_cap) {
+            e = &d->clients[d->nclients++];
+            snprintf(e->host, sizeof e->host, "%s", host);
+            e->open = 0;
+        }
+    }
+    if (!e) {
+        st = ga_status_fail(GA_E_NOMEM, why, cap, "out of memory counting the streams of %s", host);
+    } else if (e->open >= d->max_streams_per_client) {
+        st = ga_status_fail(GA_E_BUSY, why, cap,
+                            "client %s has %u streams open, the most --max-streams-per-client allows; retry once one "
+                            "ends",
+                            host, e->open);
+    } else {
+        e->open++;
+    }
+    pthread_mutex_unlock(&d->clients_mu);
+    return st;
+}
+
+static void client_close(ga_dispatch *d, const ga_call *call)
+{
+    char host[sizeof d->clients->host];
+    client_host(call, host, sizeof host);
+    pthread_mutex_lock(&d->clients_mu);
+    for (size_t i = 0; i < d->nclients; i++) {
+        if (strcmp(d->clients[i].host, host) != 0) continue;
+        if (--d->clients[i].open == 0) d->clients[i] = d->clients[--d->nclients];
+        break;
+    }
+    if (d->nclients == 0) { /* no stream open: nothing kept (a server at rest holds no table) */
+        ga_free(d->clients);
+        d->clients = NULL;
+        d->clients_cap = 0;
+    }
+    pthread_mutex_unlock(&d->clients_mu);
+}
+
+/* The loop checks a stream's job and membership as its first chunk arrives
+ * (ga_core_stream_check). Takes name. Without memory for it, the stream's end is checked all
+ * the same. */
+static void post_stream_check(ga_dispatch *d, ga_call *call, char *name, uint32_t rank, uint64_t incarnation)
+{
+    stream_check *k = name && d->core ? ga_malloc(sizeof *k) : NULL;
+    if (!k) {
+        ga_free(name);
+        return;
+    }
+    *k = (stream_check){d, call, name, rank, incarnation};
+    ga_call_hold(call);
+    if (ga_loop_post(d->loop, run_stream_check, k) != GA_OK) {
+        ga_call_release(call);
+        ga_free(name), ga_free(k);
+    }
+}
 
 /* Whether a method names a job, and which one this request or chunk names. Health names none:
  * probes carry no token. */
@@ -147,28 +264,50 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
                                    void **stream, char *why, size_t why_cap)
 {
     ga_dispatch *d = ctx;
-    /* Later chunks must name the first one's job (bundle.c), so the first one decides. */
-    if (!*stream) {
-        ga_status st = authorize(d, call, method, msg, why, why_cap);
-        if (st != GA_OK) {
-            protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
-            return st;
-        }
-    }
-    switch (method) {
-    case GA_METHOD_PUSH:
-        return ga_push_add((ga_push **)stream, (Gradagg__V1__PushChunk *)msg, d->max_stream_bytes, why, why_cap);
-    case GA_METHOD_INIT:
-        return ga_init_add((ga_init **)stream, (Gradagg__V1__InitChunk *)msg, d->max_stream_bytes, why, why_cap);
-    default:
+    if (method != GA_METHOD_PUSH && method != GA_METHOD_INIT) {
         protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
         snprintf(why, why_cap, "%s is not a client stream", ga_methods[method].path);
         return GA_E_UNIMPLEMENTED;
     }
+    /* Later chunks must name the first one's job (bundle.c), so the first one decides. */
+    bool first = !*stream;
+    char *name = NULL;
+    uint32_t rank = 0;
+    uint64_t incarnation = 0;
+    if (first) {
+        ga_status st = authorize(d, call, method, msg, why, why_cap);
+        if (st == GA_OK) st = client_open(d, call, why, why_cap);
+        if (st != GA_OK) {
+            protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+            return st;
+        }
+        const char *job;
+        if (method == GA_METHOD_PUSH) {
+            const Gradagg__V1__PushChunk *c = (const Gradagg__V1__PushChunk *)msg;
+            job = c->job, rank = c->rank, incarnation = c->incarnation;
+        } else {
+            const Gradagg__V1__InitChunk *c = (const Gradagg__V1__InitChunk *)msg;
+            job = c->job, rank = c->rank, incarnation = c->incarnation;
+        }
+        name = ga_strdup(job ? job : "");
+    }
+    ga_status rc = method == GA_METHOD_PUSH
+                       ? ga_push_add((ga_push **)stream, (Gradagg__V1__PushChunk *)msg, d->max_stream_bytes,
+                                     d->budget, why, why_cap)
+                       : ga_init_add((ga_init **)stream, (Gradagg__V1__InitChunk *)msg, d->max_stream_bytes,
+                                     d->budget, why, why_cap);
+    if (first && rc != GA_OK) {
+        client_close(d, call); /* no stream state: on_stream_abort will not */
+        ga_free(name);
+    } else if (first) {
+        post_stream_check(d, call, name, rank, incarnation);
+    }
+    return rc;
 }
 
 static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *stream)
 {
+    if (stream) client_close(ctx, call);
     if (!stream) {
         /* No chunk: no job, rank or step to commit against; nothing for the core to judge. */
         ga_call_finish(call, NULL, GA_E_INVAL, "%s stream ended without a chunk", ga_methods[method].name);
@@ -177,9 +316,9 @@ static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *s
     post(ctx, call, method, stream, run_request);
 }
 
-static void on_stream_abort(void *ctx, ga_method_id method, void *stream)
+static void on_stream_abort(void *ctx, ga_call *call, ga_method_id method, void *stream)
 {
-    (void)ctx;
+    if (stream) client_close(ctx, call);
     free_payload(method, stream);
 }
 
@@ -200,7 +339,7 @@ static void on_cancel(void *ctx, ga_call *call)
 }
 
 ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
-                             ga_dispatch **out)
+                             uint32_t max_streams_per_client, ga_dispatch **out)
 {
     ga_dispatch *d = ga_calloc(1, sizeof *d);
     if (!d) return GA_E_NOMEM;
@@ -216,6 +355,9 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
     d->core = core;
     d->health = health;
     d->max_stream_bytes = max_stream_bytes;
+    d->max_streams_per_client = max_streams_per_client;
+    d->budget = core ? ga_core_budget(core) : NULL;
+    pthread_mutex_init(&d->clients_mu, NULL);
     *out = d;
     return GA_OK;
 }
@@ -232,5 +374,8 @@ const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d)
 
 void ga_dispatch_destroy(ga_dispatch *d)
 {
+    if (!d) return;
+    pthread_mutex_destroy(&d->clients_mu);
+    ga_free(d->clients);
     ga_free(d);
 }

@@ -358,7 +358,7 @@ ga_status ga_journal_decode_push(const ga_journal_record *r, ga_push **out, char
             chunk->payload.len = ph.plen;
         }
         c.p += ph.plen, c.left -= ph.plen;
-        ga_status st = ga_push_add(&push, chunk, SIZE_MAX, why, cap);
+        ga_status st = ga_push_add(&push, chunk, SIZE_MAX, NULL, why, cap);
         if (st != GA_OK) {
             ga_push_free(push);
             return st;
@@ -385,7 +385,7 @@ ga_status ga_journal_decode_init(const ga_journal_record *r, ga_init **out, char
             &gradagg__v1__init_chunk__descriptor, &ga_wire_allocator, len, c.p);
         if (!chunk) goto bad;
         c.p += len, c.left -= len;
-        ga_status st = ga_init_add(&init, chunk, SIZE_MAX, why, cap);
+        ga_status st = ga_init_add(&init, chunk, SIZE_MAX, NULL, why, cap);
         if (st != GA_OK) {
             ga_init_free(init);
             return st;

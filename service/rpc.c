@@ -107,6 +107,8 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
     }
     s->nqueues = opt->threads;
     s->h = handlers;
+    s->budget = opt->budget;
+    s->max_message_bytes = opt->max_message_bytes;
     if (opt->tls_cert_pem && !(s->tls = ga_rpc_tls_create(opt->tls_cert_pem, opt->tls_key_pem, opt->tls_client_ca_pem))) {
         ga_free(s->queues);
         ga_free(s);

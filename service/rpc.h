@@ -16,8 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget.h"
 #include "ga_methods.h"
 #include "ga_status.h"
+
+/* The most elements a repeated field of any request may hold, counted on the wire before the
+ * message is unpacked (GA_E_INVAL past it). */
+#define GA_RPC_MAX_REPEATED 64
 
 typedef struct ga_rpc_server ga_rpc_server;
 typedef struct ga_call ga_call;
@@ -37,8 +42,9 @@ typedef struct ga_rpc_handlers {
     /* The client half-closed a client stream cleanly. Takes stream. Must finish the call. */
     void (*on_stream_end)(void *ctx, ga_call *call, ga_method_id method, void *stream);
     /* The stream failed (client cancelled, deadline, broken connection, bad message, server
-     * shutdown) before its end: nothing of it may take effect. Frees stream (may be NULL). */
-    void (*on_stream_abort)(void *ctx, ga_method_id method, void *stream);
+     * shutdown, ga_call_refuse) before its end: nothing of it may take effect. Frees stream (may
+     * be NULL). The call is not the handler's: only ga_call_peer may be read from it. */
+    void (*on_stream_abort)(void *ctx, ga_call *call, ga_method_id method, void *stream);
     /* The client of a call that was handed up and not yet finished has gone. */
     void (*on_cancel)(void *ctx, ga_call *call);
 } ga_rpc_handlers;
@@ -47,6 +53,12 @@ typedef struct ga_rpc_options {
     const char *listen;          /* "127.0.0.1:0", "0.0.0.0:7070" */
     int threads;                 /* completion-queue threads, >= 1 */
     size_t max_message_bytes;    /* receive and send limit per message */
+    /* NULL, or the memory budget (budget.h) every receive takes its room from: while gRPC may
+     * be receiving a call's next message (a read is posted), max_message_bytes are taken, and
+     * given back when it arrives. A call that finds no room is finished with GA_E_BUSY. So the
+     * messages gRPC assembles before the server sees them are inside --max-memory-mb too.
+     * Health probes take none. */
+    ga_budget *budget;
     /* HTTP/2 receive window per stream, bytes: the most gRPC buffers of a call the server has
      * not read yet (a Push streams faster than the loop commits it). 0 = gRPC grows windows
      * from its bandwidth-delay probe: fastest, and on a fast link a whole push may sit in
@@ -61,7 +73,7 @@ typedef struct ga_rpc_options {
     const char *tls_key_pem;
     const char *tls_client_ca_pem;
 } ga_rpc_options;
-#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, 0, NULL, NULL, NULL}
+#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, NULL, 0, NULL, NULL, NULL}
 
 /* Binds, starts the threads and begins accepting. *port = the bound port. Borrows handlers
  * (must outlive the server). Errors: GA_E_IO (cannot bind, or the port is in use: reuseport is
@@ -92,6 +104,16 @@ void ga_call_send(ga_call *call, const ProtobufCMessage *msg, void *payload_blob
  * message sent before. Releases the caller's hold on the call. Any thread. */
 void ga_call_finish(ga_call *call, const ProtobufCMessage *resp, ga_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Refuses a client stream whose messages are still arriving, at once: finishes the call with st
+ * and the message (as ga_call_finish), reads no more of it and hands its state to
+ * on_stream_abort. A no-op when the stream has already ended and been handed up (its handler
+ * then finishes the call) or the call is finished. For a check that runs away from the call's
+ * thread (the loop) between ga_call_hold and ga_call_release. Any thread. */
+void ga_call_refuse(ga_call *call, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Keeps the call's memory alive for a holder that is not its handler (a check posted to the
+ * loop), until the matching ga_call_release. Any thread. */
+void ga_call_hold(ga_call *call);
+void ga_call_release(ga_call *call);
 /* The peer address ("ipv4:127.0.0.1:5432"), for logs; valid until the call is finished. */
 const char *ga_call_peer(const ga_call *call);
 /* The request's metadata entries named `key` (lower case): returns how many there are, and

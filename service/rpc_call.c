@@ -123,12 +123,19 @@ static void start_status_locked(ga_call *c, grpc_byte_buffer *resp, ga_status st
     grpc_slice_unref(details); /* not retained past start_batch */
 }
 
+typedef enum finisher {
+    BY_TRANSPORT, /* the transport itself (a malformed message, an unknown method) */
+    BY_HANDLER,   /* ga_call_finish: only a call that was handed up */
+    BY_REFUSAL,   /* ga_call_refuse: only a stream that was not */
+} finisher;
+
 /* Sends the status after every queued message. Takes resp. Returns false (and sends nothing)
- * when the call was already finished: a second finish is the handler's bug, not fatal. */
-static bool finish(ga_call *c, grpc_byte_buffer *resp, ga_status st, const char *msg, bool by_handler)
+ * when the call was already finished (a second finish is the handler's bug, not fatal), or
+ * `by` may not finish it now. */
+static bool finish(ga_call *c, grpc_byte_buffer *resp, ga_status st, const char *msg, finisher by)
 {
     pthread_mutex_lock(&c->mu);
-    if (c->finished || (by_handler && !c->handed_up)) {
+    if (c->finished || (by == BY_HANDLER && !c->handed_up) || (by == BY_REFUSAL && c->handed_up)) {
         pthread_mutex_unlock(&c->mu);
         if (resp) grpc_byte_buffer_destroy(resp);
         return false;
@@ -163,7 +170,7 @@ static void finishf(ga_call *c, ga_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    finish(c, NULL, st, msg, false);
+    finish(c, NULL, st, msg, BY_TRANSPORT);
 }
 
 /* A client stream that ends without its end of stream: whatever came is dropped, and an
@@ -173,26 +180,73 @@ static void stream_broken(ga_call *c)
     ga_metrics_count_broken((int)c->id);
     ga_log(GA_LOG_WARN, "%s stream from %s broke before its end: %u messages (%llu bytes) discarded, nothing committed",
            c->method->name, c->peer ? c->peer : "?", c->messages, (unsigned long long)c->bytes);
-    c->srv->h->on_stream_abort(c->srv->h->ctx, c->id, c->stream);
+    c->srv->h->on_stream_abort(c->srv->h->ctx, c, c->id, c->stream);
     c->stream = NULL;
 }
 
+static void drop_stream(ga_call *c);
+
+static void give_recv_room(ga_call *c)
+{
+    if (!c->recv_room) return;
+    ga_budget_give(c->srv->budget, c->srv->max_message_bytes);
+    c->recv_room = false;
+}
+
+/* Reads the next message, once the budget has room for it (ga_rpc_options.budget). Health
+ * probes take none: a full server still answers its probes. */
 static void post_recv(ga_call *c)
 {
+    ga_rpc_server *srv = c->srv;
+    bool stream = c->method->kind == GA_RPC_CLIENT_STREAM;
+    bool probe = c->id == GA_METHOD_HEALTH_CHECK || c->id == GA_METHOD_HEALTH_WATCH;
+    if (srv->budget && !probe) {
+        char why[320];
+        if (ga_budget_take(srv->budget, srv->max_message_bytes, "room for the next message (--max-message-mb)", why,
+                           sizeof why) != GA_OK) {
+            finishf(c, GA_E_BUSY, "%s", why);
+            if (stream) drop_stream(c);
+            return;
+        }
+        c->recv_room = true;
+    }
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->recv_bb;
     /* A refusal means the call is already broken; RECV_CLOSE_ON_SERVER still ends it. */
-    if (!start(c, &op, 1, TAG_RECV) && c->method->kind == GA_RPC_CLIENT_STREAM) stream_broken(c);
+    if (!start(c, &op, 1, TAG_RECV)) {
+        give_recv_room(c);
+        if (stream) stream_broken(c);
+    }
 }
 
-static void hand_up(ga_call *c)
+/* Returns false, handing nothing up, when the call was refused (ga_call_refuse) first. */
+static bool hand_up(ga_call *c)
 {
-    call_ref(c); /* the handler's hold, given back by ga_call_finish */
     pthread_mutex_lock(&c->mu);
-    c->handed_up = true;
+    bool refused = c->finished;
+    if (!refused) {
+        call_ref(c); /* the handler's hold, given back by ga_call_finish */
+        c->handed_up = true;
+    }
     pthread_mutex_unlock(&c->mu);
+    return !refused;
+}
+
+static bool is_finished(ga_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool f = c->finished;
+    pthread_mutex_unlock(&c->mu);
+    return f;
+}
+
+/* A refused stream (ga_call_refuse): its state goes, and nothing more is read. */
+static void drop_stream(ga_call *c)
+{
+    c->srv->h->on_stream_abort(c->srv->h->ctx, c, c->id, c->stream);
+    c->stream = NULL;
 }
 
 static void on_new(ga_call *c, bool ok)
@@ -226,35 +280,48 @@ static void on_message(ga_call *c, grpc_byte_buffer *bb)
 {
     const ga_rpc_handlers *h = c->srv->h;
     ProtobufCMessage *msg = NULL;
+    bool stream = c->method->kind == GA_RPC_CLIENT_STREAM;
+    if (stream && is_finished(c)) { /* refused while this message was on its way */
+        grpc_byte_buffer_destroy(bb);
+        drop_stream(c);
+        return;
+    }
     c->messages++;
     c->bytes += grpc_byte_buffer_length(bb);
+    /* A repeated number costs 1 byte on the wire and 8 unpacked: counted before the unpack. */
+    size_t most;
+    const char *field;
+    ga_wire_most_repeated(c->method->request, bb, &most, &field);
+    if (most > GA_RPC_MAX_REPEATED) {
+        finishf(c, GA_E_INVAL, "%s field '%s' holds %zu elements: a request's list holds at most %d (a shape at most 32 "
+                "dimensions)", c->method->request->name, field, most, GA_RPC_MAX_REPEATED);
+        grpc_byte_buffer_destroy(bb);
+        if (stream) drop_stream(c);
+        return;
+    }
     ga_status rc = ga_wire_unpack(c->method->request, bb, &msg);
     grpc_byte_buffer_destroy(bb);
-    bool stream = c->method->kind == GA_RPC_CLIENT_STREAM;
     if (rc != GA_OK) {
         if (rc == GA_E_PROTO) finishf(c, rc, "malformed %s", c->method->request->name);
         else finishf(c, rc, "%s", ga_strerror(rc));
-        if (stream) {
-            h->on_stream_abort(h->ctx, c->id, c->stream);
-            c->stream = NULL;
-        }
+        if (stream) drop_stream(c);
         return;
     }
     if (!stream) {
-        hand_up(c);
+        (void)hand_up(c); /* nothing refuses a unary call before it is handed up */
         h->on_request(h->ctx, c, c->id, msg);
         return;
     }
     char why[256] = "";
     rc = h->on_stream_message(h->ctx, c, c->id, msg, &c->stream, why, sizeof why);
     if (rc == GA_OK) {
-        post_recv(c); /* only now: flow control is the backpressure */
+        if (is_finished(c)) drop_stream(c); /* refused meanwhile */
+        else post_recv(c); /* only now: flow control is the backpressure */
         return;
     }
     why[sizeof why - 1] = '\0';
     finishf(c, rc, "%s", why[0] ? why : ga_strerror(rc));
-    h->on_stream_abort(h->ctx, c->id, c->stream);
-    c->stream = NULL;
+    drop_stream(c);
 }
 
 static void on_end_of_input(ga_call *c, bool ok)
@@ -267,11 +334,14 @@ static void on_end_of_input(ga_call *c, bool ok)
         if (!failed) finishf(c, GA_E_PROTO, "no %s before the end of the stream", c->method->request->name);
         return; /* failed: the client has gone, nothing to answer */
     }
-    if (failed) {
+    if (failed && !is_finished(c)) {
         stream_broken(c);
         return;
     }
-    hand_up(c);
+    if (failed || !hand_up(c)) { /* refused (ga_call_refuse): the refusal was the answer */
+        drop_stream(c);
+        return;
+    }
     h->on_stream_end(h->ctx, c, c->id, c->stream);
     c->stream = NULL;
 }
@@ -331,6 +401,7 @@ void rpc_call_event(ga_call *c, rpc_tag_kind kind, bool ok)
     case TAG_RECV: {
         grpc_byte_buffer *bb = c->recv_bb;
         c->recv_bb = NULL;
+        give_recv_room(c); /* the message is here: what it holds from now on is taken apart */
         if (ok && bb) on_message(c, bb);
         else {
             if (bb) grpc_byte_buffer_destroy(bb);
@@ -397,7 +468,30 @@ void ga_call_finish(ga_call *c, const ProtobufCMessage *resp, ga_status st, cons
         va_end(ap);
     }
     grpc_byte_buffer *bb = resp && st == GA_OK ? ga_wire_pack(resp, NULL, 0, NULL, NULL) : NULL;
-    if (finish(c, bb, st, fmt ? msg : NULL, true)) rpc_call_unref(c); /* the handler's hold */
+    if (finish(c, bb, st, fmt ? msg : NULL, BY_HANDLER)) rpc_call_unref(c); /* the handler's hold */
+}
+
+void ga_call_refuse(ga_call *c, ga_status st, const char *fmt, ...)
+{
+    if (!c) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* The stream's state stays with the call's queue thread, which drops it at its next event:
+     * the message in flight, or the end of input once the status is out. */
+    (void)finish(c, NULL, st, msg, BY_REFUSAL);
+}
+
+void ga_call_hold(ga_call *c)
+{
+    if (c) call_ref(c);
+}
+
+void ga_call_release(ga_call *c)
+{
+    if (c) rpc_call_unref(c);
 }
 
 const char *ga_call_peer(const ga_call *c)

@@ -47,6 +47,8 @@ struct ga_rpc_server {
     void *done_arg;
     rpc_tag shutdown_tag;
     ga_rpc_tls *tls; /* NULL: plaintext */
+    ga_budget *budget;         /* NULL: receives take no room (ga_rpc_options.budget) */
+    size_t max_message_bytes;
 };
 
 typedef struct rpc_out {
@@ -76,6 +78,7 @@ struct ga_call {
     grpc_byte_buffer *recv_bb;
     void *stream; /* the handler's client-stream state */
     int cancelled;
+    bool recv_room;    /* a posted read holds max_message_bytes of the budget */
     uint32_t messages; /* received so far, and their bytes: what a broken stream discarded */
     uint64_t bytes;
 

@@ -317,7 +317,8 @@ static void setup(void *arg)
         goto fail;
     }
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
-    GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &s->dispatch), st,
+    GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20,
+                                     c->max_streams_per_client, &s->dispatch), st,
                   fail);
     ga_dispatch_set_auth(s->dispatch, s->sec.auth);
     GA_CHECK_GOTO(open_handles(s), st, fail);
@@ -327,6 +328,7 @@ static void setup(void *arg)
     ro.listen = c->listen;
     ro.threads = (int)c->cq_threads;
     ro.max_message_bytes = (size_t)c->max_message_mb << 20;
+    ro.budget = ga_core_budget(s->core);
     ro.stream_window_bytes = (size_t)c->stream_window_kb << 10;
     ro.tls_cert_pem = s->sec.cert_pem;
     ro.tls_key_pem = s->sec.key_pem;

@@ -1,5 +1,5 @@
-/* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_peer /
- * ga_call_metadata (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
+/* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_refuse /
+ * ga_call_hold / ga_call_release / ga_call_peer / ga_call_metadata (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
  * field 15, as the transport sends it; the call takes the blob reference it is given and drops
  * it once copied), the final status and message, and any misuse (a send after the finish, a
  * second finish, a payload range outside its blob). */
@@ -23,6 +23,7 @@ struct ga_call {
     fake_msg *msgs; /* ga_call_send, in order */
     size_t nmsgs, cap;
     bool finished;
+    bool refused; /* finished by ga_call_refuse (a stream ended early) */
     ga_status status;
     char message[512];
     uint8_t *resp; /* the finish's response, packed; NULL when none */

@@ -155,7 +155,7 @@ static void test_push_checks(void **state)
     ga_push *b = NULL;
     char why[256];
     push_spec s = good_push();
-    assert_int_equal(ga_push_add(&b, push_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(ga_push_add(&b, push_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_OK);
     assert_non_null(b);
     assert_string_equal(b->job, "job");
     assert_int_equal(b->rank, 1);
@@ -174,7 +174,7 @@ static void test_push_checks(void **state)
         push_bads[k].mutate(&bad);
         why[0] = 0;
         ga_push *before = b;
-        ga_status rc = ga_push_add(&b, push_chunk(&bad), 1 << 20, why, sizeof why);
+        ga_status rc = ga_push_add(&b, push_chunk(&bad), 1 << 20, NULL, why, sizeof why);
         if (rc != push_bads[k].want || !strstr(why, push_bads[k].says))
             fail_msg("%s: got %s '%s', want %s with '%s'", push_bads[k].what, ga_status_name(rc), why,
                      ga_status_name(push_bads[k].want), push_bads[k].says);
@@ -185,7 +185,7 @@ static void test_push_checks(void **state)
         /* The same chunk as the first of a stream: refused too (header checks aside), no bundle made. */
         if (push_bads[k].want != GA_E_STREAM_MIXED) {
             ga_push *fresh = NULL;
-            assert_int_equal(ga_push_add(&fresh, push_chunk(&bad), 1 << 20, why, sizeof why), push_bads[k].want);
+            assert_int_equal(ga_push_add(&fresh, push_chunk(&bad), 1 << 20, NULL, why, sizeof why), push_bads[k].want);
             assert_null(fresh);
             assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1);
         }
@@ -197,19 +197,19 @@ static void test_push_checks(void **state)
     more.tensor = "v"; /* a header as long as the first chunk's */
     char says[64];
     snprintf(says, sizeof says, "over the limit of %zu", 2 * one - 1);
-    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one - 1, why, sizeof why), GA_E_LIMIT);
+    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one - 1, NULL, why, sizeof why), GA_E_LIMIT);
     assert_non_null(strstr(why, says));
-    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one, why, sizeof why), GA_OK);
+    assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one, NULL, why, sizeof why), GA_OK);
     assert_int_equal(b->count, 2);
     assert_int_equal(b->payload_bytes, 128);
     assert_int_equal(b->held_bytes, 2 * one);
     /* No codec message reads as codec none. */
     more.no_codec = true;
     more.tensor = "u";
-    assert_int_equal(ga_push_add(&b, push_chunk(&more), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(ga_push_add(&b, push_chunk(&more), 1 << 20, NULL, why, sizeof why), GA_OK);
     assert_int_equal(b->parts[2].codec, GA_CODEC_NONE);
     /* A NULL chunk. */
-    assert_int_equal(ga_push_add(&b, NULL, 1 << 20, why, sizeof why), GA_E_INVAL);
+    assert_int_equal(ga_push_add(&b, NULL, 1 << 20, NULL, why, sizeof why), GA_E_INVAL);
     ga_push_free(b);
     ga_push_free(NULL);
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
@@ -337,7 +337,7 @@ static void test_init_checks(void **state)
     char why[256];
     init_spec s = good_init();
     s.offset = 0;
-    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_OK);
     assert_string_equal(b->job, "job");
     assert_int_equal(b->count, 1);
     uint64_t mem1 = ga_mem_in_use(GA_MEM_HOST);
@@ -345,7 +345,7 @@ static void test_init_checks(void **state)
         init_spec bad = good_init();
         init_bads[k].mutate(&bad);
         why[0] = 0;
-        ga_status rc = ga_init_add(&b, init_chunk(&bad), 1 << 20, why, sizeof why);
+        ga_status rc = ga_init_add(&b, init_chunk(&bad), 1 << 20, NULL, why, sizeof why);
         if (rc != init_bads[k].want || !strstr(why, init_bads[k].says))
             fail_msg("%s: got %s '%s', want %s with '%s'", init_bads[k].what, ga_status_name(rc), why,
                      ga_status_name(init_bads[k].want), init_bads[k].says);
@@ -356,21 +356,21 @@ static void test_init_checks(void **state)
     /* The rest of w; a zeros tensor (no values, any count inside it); the limit, which counts
      * values and chunk headers ("y" has a header as long as "z"'s). */
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64, false}), 1 << 20, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64, false}), 1 << 20, NULL, why, sizeof why),
         GA_OK);
     size_t before_z = b->held_bytes;
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0, false}), 1 << 20, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0, false}), 1 << 20, NULL, why, sizeof why),
         GA_OK);
     size_t header = b->held_bytes - before_z, limit = b->held_bytes + 64 + header;
     assert_true(header > sizeof(Gradagg__V1__InitChunk));
     assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit - 1,
-                                 why, sizeof why),
+                                 NULL, why, sizeof why),
                      GA_E_LIMIT);
     assert_int_equal(b->count, 3);
     assert_int_equal(b->payload_bytes, 128);
     assert_int_equal(
-        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit, why, sizeof why),
+        ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit, NULL, why, sizeof why),
         GA_OK);
     assert_int_equal(b->count, 4);
     assert_int_equal(b->held_bytes, limit);
@@ -387,16 +387,16 @@ static void test_init_await(void **state)
     ga_init *b = NULL;
     char why[256];
     init_spec s = {"job", 2, 5, "w", {4, 8}, 2, 0, 0, NULL, 0, true};
-    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_OK);
     assert_true(b->await_values);
     s.tensor = "b", s.ndim = 1, s.shape[0] = 8;
-    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_OK);
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_OK);
     assert_int_equal(b->payload_bytes, 0);
     s.values = ones, s.count = 8, s.len = 32;
-    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_E_INVAL);
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_E_INVAL);
     assert_non_null(strstr(why, "await_values with 32 bytes of values"));
     s.values = NULL, s.count = 0, s.len = 0, s.await_values = false;
-    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, why, sizeof why), GA_E_INVAL);
+    assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_E_INVAL);
     assert_non_null(strstr(why, "await_values false, chunk 0 had true"));
     assert_int_equal(b->count, 2);
     ga_init_free(b);
@@ -418,7 +418,7 @@ static void test_tiny_chunks_bounded(void **state)
     for (; rc == GA_OK; k++) {
         push_spec s = good_push();
         s.offset = k, s.count = 1, s.len = 4;
-        rc = ga_push_add(&b, push_chunk(&s), limit, why, sizeof why);
+        rc = ga_push_add(&b, push_chunk(&s), limit, NULL, why, sizeof why);
     }
     assert_int_equal(rc, GA_E_LIMIT);
     uint64_t taken = ga_mem_in_use(GA_MEM_HOST) - mem0;

@@ -63,7 +63,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.threads, 0);
     assert_int_equal(cfg.math_tasks, 2);
     assert_int_equal(cfg.cq_threads, 2);
-    assert_int_equal(cfg.max_message_mb, 64);
+    assert_int_equal(cfg.max_message_mb, 8);
     assert_int_equal(cfg.max_memory_mb, 16384);
     assert_int_equal(cfg.max_jobs, 64);
     assert_int_equal(cfg.max_tensors, 4096);
@@ -274,6 +274,7 @@ static void test_help_lists_every_row(void **state)
         {"--cq-threads", "GRADAGG_CQ_THREADS", NULL},
         {"--max-message-mb", "GRADAGG_MAX_MESSAGE_MB", NULL},
         {"--max-stream-mb", "GRADAGG_MAX_STREAM_MB", NULL},
+        {"--max-streams-per-client", "GRADAGG_MAX_STREAMS_PER_CLIENT", NULL},
         {"--max-memory-mb", "GRADAGG_MAX_MEMORY_MB", NULL},
         {"--max-jobs", "GRADAGG_MAX_JOBS", NULL},
         {"--max-tensors", "GRADAGG_MAX_TENSORS", NULL},

@@ -203,7 +203,7 @@ static ga_call *init_stream(harness *h, const char *job, uint32_t rank, uint64_t
             c.values.data = (uint8_t *)(specs[i].values + specs[i].offset);
             c.values.len = 4 * specs[i].count;
         }
-        ga_status rc = ga_init_add(&b, (Gradagg__V1__InitChunk *)fake_wire_copy(&c.base), SIZE_MAX, why, sizeof why);
+        ga_status rc = ga_init_add(&b, (Gradagg__V1__InitChunk *)fake_wire_copy(&c.base), SIZE_MAX, NULL, why, sizeof why);
         if (rc != GA_OK) fail_msg("init chunk %zu: %s %s", i, ga_status_name(rc), why);
     }
     ga_call *c = fake_call_new();
@@ -265,7 +265,7 @@ static ga_call *push_lr(harness *h, const char *job, uint32_t rank, uint64_t inc
         c.codec = &codec;
         c.payload.data = (uint8_t *)parts[i].payload;
         c.payload.len = parts[i].len;
-        ga_status rc = ga_push_add(&b, (Gradagg__V1__PushChunk *)fake_wire_copy(&c.base), SIZE_MAX, why, sizeof why);
+        ga_status rc = ga_push_add(&b, (Gradagg__V1__PushChunk *)fake_wire_copy(&c.base), SIZE_MAX, NULL, why, sizeof why);
         if (rc != GA_OK) fail_msg("push chunk %zu: %s %s", i, ga_status_name(rc), why);
     }
     ga_call *c = fake_call_new();

@@ -105,7 +105,7 @@ static int setup(void **state)
     co.max_memory_bytes = 64u << 20;
     assert_int_equal(ga_core_create(&co, ga_loop_uv(fx.loop), &fx.core), GA_OK);
     assert_int_equal(ga_health_create(&fx.health), GA_OK);
-    assert_int_equal(ga_dispatch_create(fx.loop, fx.core, fx.health, 1u << 20, &fx.dispatch), GA_OK);
+    assert_int_equal(ga_dispatch_create(fx.loop, fx.core, fx.health, 1u << 20, 64, &fx.dispatch), GA_OK);
     fx.h = ga_dispatch_handlers(fx.dispatch);
     assert_int_equal(uv_thread_create(&fx.thread, loop_thread, NULL), 0);
     return 0;
@@ -264,7 +264,7 @@ static void test_core_calls_and_cancel(void **state)
                          GA_OK);
     assert_true(strlen(why) > 0);
     assert_null(stream);
-    fx.h->on_stream_abort(fx.h->ctx, GA_METHOD_PUSH, stream);
+    fx.h->on_stream_abort(fx.h->ctx, push, GA_METHOD_PUSH, stream);
     ga_call *empty = fake_call_new();
     fx.h->on_stream_end(fx.h->ctx, empty, GA_METHOD_PUSH, NULL);
     assert_true(empty->finished);
@@ -294,9 +294,31 @@ static void test_core_calls_and_cancel(void **state)
     assert_int_equal(fx.h->on_stream_message(fx.h->ctx, broken, GA_METHOD_INIT, fake_wire_copy(&ic.base), &stream,
                                              why, sizeof why),
                      GA_OK);
-    fx.h->on_stream_abort(fx.h->ctx, GA_METHOD_INIT, stream);
+    fx.h->on_stream_abort(fx.h->ctx, broken, GA_METHOD_INIT, stream);
 
-    ga_call *all[] = {join, pull, odd, push, empty, init, broken};
+    /* A stream for a job that does not exist is refused at its first chunk, while it is still
+     * open: the client learns at once, and the server holds none of it past the refusal. */
+    float grad[2] = {1.0f, 2.0f};
+    Gradagg__V1__PushChunk unknown = GRADAGG__V1__PUSH_CHUNK__INIT;
+    unknown.job = "no-such-job";
+    unknown.incarnation = 7;
+    unknown.tensor = "t";
+    unknown.count = 2;
+    unknown.payload = (ProtobufCBinaryData){sizeof grad, (uint8_t *)grad};
+    ga_call *early = fake_call_new();
+    stream = NULL;
+    assert_int_equal(fx.h->on_stream_message(fx.h->ctx, early, GA_METHOD_PUSH, fake_wire_copy(&unknown.base), &stream,
+                                             why, sizeof why),
+                     GA_OK);
+    assert_non_null(stream);
+    wait_until(&early->finished);
+    assert_true(early->refused);
+    assert_int_equal(early->status, GA_E_UNKNOWN_JOB);
+    assert_non_null(strstr(early->message, "job 'no-such-job' does not exist"));
+    fx.h->on_stream_abort(fx.h->ctx, early, GA_METHOD_PUSH, stream); /* what the transport does next */
+    on_loop(NULL, NULL); /* every posted check has run: the calls may go */
+
+    ga_call *all[] = {join, pull, odd, push, empty, init, broken, early};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         assert_int_equal(all[i]->misuse, 0);
         fake_call_free(all[i]);

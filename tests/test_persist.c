@@ -66,7 +66,7 @@ static ga_push *make_push(uint64_t step, uint32_t rank, float value, size_t coun
     ga_free(bytes);
     ga_push *push = NULL;
     char why[256];
-    assert_int_equal(ga_push_add(&push, (Gradagg__V1__PushChunk *)m, SIZE_MAX, why, sizeof why), GA_OK);
+    assert_int_equal(ga_push_add(&push, (Gradagg__V1__PushChunk *)m, SIZE_MAX, NULL, why, sizeof why), GA_OK);
     return push;
 }
 

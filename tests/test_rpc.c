@@ -272,9 +272,10 @@ static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *s
     ga_call_finish(call, &r.base, GA_OK, NULL);
 }
 
-static void on_stream_abort(void *ctx, ga_method_id method, void *stream)
+static void on_stream_abort(void *ctx, ga_call *call, ga_method_id method, void *stream)
 {
     (void)ctx;
+    (void)call;
     (void)method;
     ga_free(stream);
     pthread_mutex_lock(&T.mu);

@@ -106,7 +106,7 @@ static inline void fuzz_core_open(fuzz_core *h, bool async)
         ch.count = fuzz_tensor_elems[t];
         ch.values.data = (uint8_t *)values;
         ch.values.len = 4 * fuzz_tensor_elems[t];
-        ga_status st = ga_init_add(&b, (Gradagg__V1__InitChunk *)fuzz_copy(&ch.base), FUZZ_STREAM_BYTES, why, sizeof why);
+        ga_status st = ga_init_add(&b, (Gradagg__V1__InitChunk *)fuzz_copy(&ch.base), FUZZ_STREAM_BYTES, NULL, why, sizeof why);
         FUZZ_CHECK(st == GA_OK, "init chunk: %s", why);
     }
     c = fake_call_new();
@@ -212,7 +212,7 @@ static inline void fuzz_probe(fuzz_core *h, uint64_t step)
         ch.count = fuzz_tensor_elems[t];
         ch.payload.data = (uint8_t *)g;
         ch.payload.len = 4 * fuzz_tensor_elems[t];
-        ga_status st = ga_push_add(&b, (Gradagg__V1__PushChunk *)fuzz_copy(&ch.base), FUZZ_STREAM_BYTES, why, sizeof why);
+        ga_status st = ga_push_add(&b, (Gradagg__V1__PushChunk *)fuzz_copy(&ch.base), FUZZ_STREAM_BYTES, NULL, why, sizeof why);
         FUZZ_CHECK(st == GA_OK, "probe chunk: %s", why);
     }
     ga_call *c = fake_call_new();

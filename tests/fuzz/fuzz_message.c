@@ -57,8 +57,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(ga_health_create(&health) == GA_OK, "health");
     ga_health_set_all(health, GA_SERVING);
     /* Stream messages never reach the loop or the core: they are only stored here. */
-    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, &open_dispatch) == GA_OK, "dispatch");
-    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, &token_dispatch) == GA_OK, "dispatch");
+    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, 64, &open_dispatch) == GA_OK, "dispatch");
+    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, 64, &token_dispatch) == GA_OK, "dispatch");
     ga_dispatch_set_auth(token_dispatch, auth);
     ga_log_set_level(GA_LOG_ERROR); /* refusals are the point here, not news */
     mem_baseline = ga_mem_in_use(GA_MEM_HOST);
@@ -196,7 +196,7 @@ static void stream_chunk(ga_method_id m, ProtobufCMessage *msg, const char *auth
     ga_status with = h->on_stream_message(h->ctx, call, m, tokened, &stream, why, sizeof why);
     if (model != GA_OK) FUZZ_CHECK(with == model && !stream, "token check %s, model %s", ga_status_name(with),
                                    ga_status_name(model));
-    h->on_stream_abort(h->ctx, m, stream);
+    h->on_stream_abort(h->ctx, call, m, stream);
 
     h = ga_dispatch_handlers(open_dispatch);
     stream = NULL;
@@ -218,7 +218,7 @@ static void stream_chunk(ga_method_id m, ProtobufCMessage *msg, const char *auth
         st = h->on_stream_message(h->ctx, call, m, again, &stream, why, sizeof why);
         FUZZ_CHECK(st == GA_OK, "the same chunk twice: %s '%s'", ga_status_name(st), why);
     }
-    h->on_stream_abort(h->ctx, m, stream);
+    h->on_stream_abort(h->ctx, call, m, stream);
     FUZZ_CHECK(!call->finished, "a stream message finished the call");
     fake_call_free(call);
 }

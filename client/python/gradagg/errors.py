@@ -76,7 +76,7 @@ for _base, _names in (
                "STEP_CLOSED STEP_FUTURE VERSION RANK_FAILED"),
     (ProtocolError, "LENGTH INDEX_RANGE INDEX_ORDER CAPACITY VARINT PROTO UNIMPLEMENTED COVERAGE "
                     "STREAM_MIXED UNKNOWN_SERVICE"),
-    (ResourceError, "NOMEM LIMIT IO"),
+    (ResourceError, "NOMEM LIMIT IO BUSY"),
     (DeviceError, "NO_CUDA NO_DEVICE CUDA"),
 ):
     for _n in _names.split():
@@ -91,7 +91,7 @@ _CLASS_NAMES = {
     "E_IO": "IoError",
 }
 
-#: Lowest status value probed; ga_status.h has -1..-45, a few spare for later additions.
+#: Lowest status value probed; ga_status.h has -1..-46, a few spare for later additions.
 _LOWEST = -128
 
 

@@ -155,7 +155,7 @@ def test_buckets_share_the_shards_memory_budget(tmp_path: Path, job: str) -> Non
     # --max-memory-mb 16: bucket 0 (1M elements; creating it is reckoned at 12 MB: parameters,
     # state and a published version) fits alone, and so would bucket 1, but not beside bucket 0:
     # bucket 1's init is refused naming the limit, and bucket 0 goes on training.
-    s = Server(_lib.server_binary(), tmp_path, "--max-memory-mb", "16", "--max-stream-mb", "8")
+    s = Server(_lib.server_binary(), tmp_path, "--max-memory-mb", "16", "--max-stream-mb", "8", "--max-message-mb", "2")
     try:
         b0 = gradagg.Client(s.addr, bucket_job(job, 0), 0, 1, optimizer=gradagg.SGD(lr=0.5), **FAST)
         b0.add_tensor("b0", np.zeros(1 << 20, np.float32))

@@ -1,0 +1,168 @@
+"""Hostile clients against a real server (docs/reliability.md, "Memory"): every byte the server
+holds for an unfinished stream is in --max-memory-mb before it is kept, a stream is checked
+against its job and membership at its first chunk, one client host holds at most
+--max-streams-per-client streams open, and a list too long to unpack is refused before it is. Each test reproduces an attack with hand-built gRPC
+(_wire.py), bounds the server's RSS from /proc while it runs, and then trains a legitimate job
+on the same server."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List
+
+import grpc
+import numpy as np
+import pytest
+
+import gradagg
+from gradagg import _lib
+from _util import FAST
+from _wire import HeldStream, RssPeak, channel, init_chunk, join_request, push_chunk, rss_mib, unary
+from conftest import Server
+
+MIB = 1 << 20
+CHUNK = 16 * MIB
+ELEMS = CHUNK // 4
+BUDGET_MB = 256
+# What the server may hold beyond --max-memory-mb (docs/reliability.md, "Memory"): its own code,
+# gRPC's and the allocator's pools, and per completion-queue thread one message being unpacked.
+OVERHEAD_MB = 160
+
+
+def hostile_server(tmp_path: Path, *extra: str) -> Server:
+    return Server(_lib.server_binary(), tmp_path, "--max-memory-mb", str(BUDGET_MB), "--max-stream-mb", "128",
+                  "--max-message-mb", "20", *extra)
+
+
+def legitimate_job_trains(s: Server, job: str) -> None:
+    p = np.zeros(1000, np.float32)
+    with gradagg.Client(s.addr, job, 0, 1, optimizer=gradagg.SGD(lr=0.5), **FAST) as c:
+        c.add_tensor("p", p)
+        c.init()
+        for _ in range(3):
+            c.step([np.ones_like(p)])
+        assert c.version == 3
+    assert np.array_equal(p, np.full(1000, -1.5, np.float32))
+
+
+def member(s: Server, job: str, incarnation: int) -> grpc.Channel:
+    """A job of one rank whose rank 0 (this incarnation) holds a tensor "w" of ELEMS elements."""
+    ch = channel(s.addr)
+    unary(ch, "Join", join_request(job, 0, incarnation, 1))
+    zeros = bytes(CHUNK)
+    init = HeldStream(ch, "InitTensors", [init_chunk(job, 0, incarnation, "w", [ELEMS], 0, ELEMS, zeros)])
+    init.release()
+    assert init.outcome(30)[0] == grpc.StatusCode.OK
+    return ch
+
+
+def test_streams_for_a_job_that_does_not_exist_end_at_their_first_chunk(tmp_path: Path) -> None:
+    # 64 streams each send 16 MiB chunks naming a job that does not exist and stay open: each is
+    # refused while it is still open, at its first chunk (NOT_FOUND) or, while the others' chunks
+    # are being received, for want of room for its own (RESOURCE_EXHAUSTED, E_BUSY); the server
+    # never holds them.
+    s = hostile_server(tmp_path)
+    try:
+        ch = channel(s.addr)
+        before = rss_mib(s.proc.pid)
+        with RssPeak(s.proc.pid) as rss:
+            streams = [HeldStream(ch, "Push", [push_chunk("no-such-job", 0, 7, 0, "w", 0, ELEMS, bytes(CHUNK))] * 3)
+                       for _ in range(64)]
+            outcomes = [st.outcome(30) for st in streams]
+        for st in streams:
+            st.release()
+        codes = [code for code, _ in outcomes]  # every one ended while its stream was held open
+        assert set(codes) <= {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}, outcomes[:3]
+        found = [d for code, d in outcomes if code == grpc.StatusCode.NOT_FOUND]
+        assert found and "job 'no-such-job' does not exist" in found[0] and "first chunk" in found[0], outcomes[:3]
+        print(f"RSS {before:.0f} -> peak {rss.peak:.0f} MiB (budget {BUDGET_MB})")
+        assert rss.peak < BUDGET_MB + OVERHEAD_MB, f"RSS {before:.0f} -> {rss.peak:.0f} MiB"
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
+def test_unfinished_streams_stay_within_the_memory_budget(tmp_path: Path) -> None:
+    # A member's incarnation opens 32 streams of 3 x 16 MiB and never ends them: chunks are taken
+    # from the budget as they come, and those past it are refused (RESOURCE_EXHAUSTED, naming
+    # --max-memory-mb) while the streams are open. The RSS stays under the budget and its
+    # overhead; once the streams end, the server is back to what it held.
+    s = hostile_server(tmp_path)
+    try:
+        ch = member(s, "victim", 7)
+        chunk = push_chunk("victim", 0, 7, 0, "w", 0, ELEMS, bytes(CHUNK))
+        before = rss_mib(s.proc.pid)
+        with RssPeak(s.proc.pid) as rss:
+            streams = [HeldStream(ch, "Push", [chunk] * 3) for _ in range(32)]
+            deadline = time.monotonic() + 60
+            refused: List[str] = []
+            while time.monotonic() < deadline and len(refused) < 20:
+                time.sleep(0.2)
+                refused = [d for st in streams for code, d in [st.outcome(0)]
+                           if code == grpc.StatusCode.RESOURCE_EXHAUSTED]
+            open_now = sum(1 for st in streams if st.outcome(0)[0] is None)
+        assert len(refused) >= 20, f"only {len(refused)} of 32 refused"
+        assert "--max-memory-mb" in refused[0] and "memory is full" in refused[0], refused[0]
+        assert open_now >= 1, "no stream was left holding memory: the budget was never reached"
+        print(f"RSS {before:.0f} -> peak {rss.peak:.0f} MiB (budget {BUDGET_MB})")
+        assert rss.peak < BUDGET_MB + OVERHEAD_MB, f"RSS {before:.0f} -> {rss.peak:.0f} MiB"
+        for st in streams:
+            st.release()
+        for st in streams:
+            code, details = st.outcome(30)
+            assert code is not None, "a released stream never ended"
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
+def test_one_client_host_holds_at_most_its_streams(tmp_path: Path) -> None:
+    s = hostile_server(tmp_path, "--max-streams-per-client", "4")
+    try:
+        ch = member(s, "victim", 7)
+        small = push_chunk("victim", 0, 7, 0, "w", 0, 1024, bytes(4096))
+        held = [HeldStream(ch, "Push", [small]) for _ in range(4)]
+        time.sleep(1.0)  # the four are open, each holding its chunk
+        assert all(st.outcome(0)[0] is None for st in held)
+        fifth = HeldStream(ch, "Push", [small])
+        code, details = fifth.outcome(30)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "has 4 streams open" in details and "--max-streams-per-client" in details, details
+        fifth.release()
+        held[0].release()  # ends: its pushes do not cover the tensor (INVALID_ARGUMENT), and it closes
+        assert held[0].outcome(30)[0] is not None
+        again = HeldStream(ch, "Push", [small])
+        time.sleep(1.0)
+        assert again.outcome(0)[0] is None, "a stream slot did not come back"
+        for st in held[1:] + [again]:
+            st.release()
+            assert st.outcome(30)[0] is not None
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
+def test_a_shape_of_millions_of_numbers_is_refused_before_it_is_unpacked(tmp_path: Path) -> None:
+    # The issue's attack: one 60 MiB InitTensors message whose shape is 1-byte numbers (480 MB
+    # unpacked). Counted on the wire first, it is refused naming the field, and the RSS hardly
+    # moves; four at once change nothing either.
+    s = Server(_lib.server_binary(), tmp_path, "--max-message-mb", "64")
+    try:
+        ch = channel(s.addr)
+        unary(ch, "Join", join_request("victim", 0, 7, 1))
+        bomb = init_chunk("victim", 0, 7, "w", [], 0, 1, b"", packed_shape=b"\x01" * (60 * MIB))
+        before = rss_mib(s.proc.pid)
+        with RssPeak(s.proc.pid) as rss:
+            streams = [HeldStream(ch, "InitTensors", [bomb]) for _ in range(4)]
+            outcomes = [st.outcome(60) for st in streams]
+        for st in streams:
+            st.release()
+        print(f"RSS {before:.0f} -> peak {rss.peak:.0f} MiB")
+        assert all(code == grpc.StatusCode.INVALID_ARGUMENT for code, _ in outcomes), outcomes
+        assert "field 'shape' holds 62914560 elements" in outcomes[0][1], outcomes[0][1]
+        # Four 60 MiB messages are in gRPC's buffers at once (within --max-memory-mb's room for
+        # messages being received); nothing is unpacked.
+        assert rss.peak < before + 4 * 64 + 64, f"RSS {before:.0f} -> {rss.peak:.0f} MiB"
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
