@@ -217,7 +217,9 @@ static void answer_request(conn *c)
     } else if (r == R_HEALTHZ) {
         send_text(c, 200, "ok\n", head, close);
     } else if (a->ready) {
-        send_text(c, 200, "ready\n", head, close);
+        char body[160];
+        snprintf(body, sizeof body, "%s\n", a->reason);
+        send_text(c, 200, body, head, close);
     } else {
         char body[160];
         snprintf(body, sizeof body, "not ready: %s\n", a->reason);

@@ -45,8 +45,8 @@ typedef struct ga_admin_options {
  * error. Returns owned (ga_admin_close). */
 ga_status ga_admin_start(uv_loop_t *loop, const ga_admin_options *opt, ga_admin **out, int *port, char *why,
                          size_t cap);
-/* What /readyz and gradagg_ready say from now on; reason (copied, cut at 127 bytes) is the
- * 503 body when not ready. */
+/* What /readyz and gradagg_ready say from now on; reason (copied, cut at 127 bytes) is the body:
+ * of the 503 when not ready, of the 200 when ready ("ready", or what an operator should know). */
 void ga_admin_set_ready(ga_admin *a, bool ready, const char *reason);
 bool ga_admin_ready(const ga_admin *a);
 /* Stops accepting and closes every connection (answers not yet written are dropped). The memory

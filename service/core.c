@@ -124,6 +124,11 @@ void ga_core_publish_bytes(ga_core *c)
     ga_budget_set_core(&c->budget, ga_core_own_bytes(c));
 }
 
+uint64_t ga_core_damaged_journals(const ga_core *c)
+{
+    return c->damaged_journals;
+}
+
 ga_budget *ga_core_budget(ga_core *c)
 {
     return &c->budget;

@@ -56,6 +56,9 @@ typedef struct ga_core_options {
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
      100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false}
 
+/* Jobs refused at the restore for a damaged journal (core_persist.c). */
+uint64_t ga_core_damaged_journals(const ga_core *c);
+
 /* The memory budget the transport takes unfinished streams' chunks from (any thread; budget.h). */
 ga_budget *ga_core_budget(ga_core *c);
 

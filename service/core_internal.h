@@ -24,6 +24,7 @@ struct ga_core {
     bool draining, drained;
     bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
     uint64_t corrupt_checkpoints; /* skipped at restore */
+    uint64_t damaged_journals;    /* jobs refused at restore for a damaged journal */
     void (*drain_done)(void *arg);
     void *drain_arg;
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */

@@ -137,4 +137,8 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
     ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
                       "Checkpoints skipped at start-up because they did not verify (an older one was used).");
     ga_metrics_u64(t, "gradagg_checkpoints_corrupt_total", NULL, 0, c->corrupt_checkpoints);
+    ga_metrics_family(t, "gradagg_journals_damaged", "gauge",
+                      "Jobs refused at start-up because their journal is damaged where the restore needed it "
+                      "(docs/reliability.md).");
+    ga_metrics_u64(t, "gradagg_journals_damaged", NULL, 0, c->damaged_journals);
 }

@@ -421,16 +421,36 @@ static ga_status replay_record(void *arg, const ga_journal_record *rec, char *wh
     return GA_OK;
 }
 
+/* A journal damaged where the restore needed it (journal.h): what it had acknowledged past the
+ * damage cannot be read, so the job is not served at the version before it (that would roll
+ * back acknowledged steps without a word). It stays, failed: every call gets GA_E_IO with
+ * where the damage is, it is never checkpointed (which would make the rollback stick), and the
+ * operator restores its directory from a backup or deletes the job (docs/reliability.md, "A
+ * damaged journal"). */
+static void refuse_damaged(ga_core *c, ga_job *job, const ga_journal_end *end)
+{
+    c->damaged_journals++;
+    ga_log(GA_LOG_ERROR,
+           "restore: job '%s': its journal is damaged (%s, after seq %" PRIu64 "): what it acknowledged after version %"
+           PRIu64 " cannot be read, so the job is refused; restore its directory from a backup, or delete the job",
+           job->name, end->where, end->last_seq, job->version);
+    ga_core_job_fault(job, GA_E_IO,
+                      "its journal is damaged (%s): steps acknowledged after version %" PRIu64
+                      " cannot be restored, so the job is refused until an operator restores its directory or deletes "
+                      "it (docs/reliability.md, \"A damaged journal\")",
+                      end->where, job->version);
+}
+
 /* One job directory: checkpoint, journal, then a fresh journal segment for what comes next. */
 static void restore_dir(ga_core *c, const char *dir)
 {
     restore r = {c, dir, NULL, NULL};
     char why[GA_WHY_CAP];
-    uint64_t records = 0, damaged = 0;
+    ga_journal_end end;
     c->replaying = true; /* jobs created here run their tasks inline and journal nothing */
     load_newest(&r);
     uint64_t after = r.job ? r.job->version : 0;
-    ga_status st = ga_journal_replay(dir, after, replay_record, &r, &records, &damaged, why, sizeof why);
+    ga_status st = ga_journal_replay(dir, after, replay_record, &r, &end, why, sizeof why);
     c->replaying = false;
     if (!r.job) {
         ga_log(GA_LOG_WARN, "restore: nothing to restore in %s%s%s", dir, st != GA_OK ? ": " : "",
@@ -447,11 +467,18 @@ static void restore_dir(ga_core *c, const char *dir)
         return;
     }
     job->ckpt_queued_ms = uv_now(c->loop);
+    if (end.damaged_covered)
+        ga_log(GA_LOG_WARN, "restore: job '%s': %" PRIu64 " journal segment(s) damaged where a checkpoint covers them",
+               job->name, end.damaged_covered);
+    if (end.damaged) {
+        refuse_damaged(c, job, &end);
+        return;
+    }
     ga_log(GA_LOG_INFO,
            "restore: job '%s' at version %" PRIu64 " (open step %" PRIu64 ", %u commits) after %" PRIu64
            " journal records%s",
            job->name, job->version, job->async ? job->version : job->step.step, job->async ? 0 : job->step.committed,
-           records, damaged ? " (a torn tail was cut)" : "");
+           end.records, end.torn ? " (a torn tail, a write a crash cut short, was cut)" : "");
 }
 
 ga_status ga_core_restore(ga_core *c, char *why, size_t cap)

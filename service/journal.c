@@ -270,15 +270,56 @@ torn:
     return false;
 }
 
-ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, uint64_t *records,
-                            uint64_t *damaged, char *why, size_t cap)
+/* Whether a record header at p (its first 24 bytes) could start a record of at most `left` bytes. */
+static bool plausible(const header *h, uint64_t left)
+{
+    return h->type >= GA_JOURNAL_JOB && h->type <= GA_JOURNAL_MEMBER && h->zero == 0 && left >= HEADER_BYTES + 4 &&
+           h->len <= left - HEADER_BYTES - 4;
+}
+
+/* Whether an intact record (its checksum right) starts anywhere in fd at or after `from`, before
+ * `size`: then the bad record before it is damage, not a torn tail. Reads the rest of the
+ * segment once, in pieces; a candidate's body is checked with pread. */
+static bool intact_after(int fd, uint64_t from, uint64_t size)
+{
+    enum { PIECE = 1 << 20 };
+    uint8_t *buf = ga_malloc(PIECE + HEADER_BYTES);
+    if (!buf) return false;
+    bool found = false;
+    for (uint64_t base = from; base < size && !found; base += PIECE) {
+        size_t want = (size_t)(size - base < PIECE + HEADER_BYTES ? size - base : PIECE + HEADER_BYTES);
+        if (pread(fd, buf, want, (off_t)base) != (ssize_t)want) break;
+        for (size_t k = 0; k < PIECE && k + HEADER_BYTES <= want && !found; k++) {
+            header h;
+            memcpy(&h, buf + k, sizeof h);
+            uint64_t at = base + k;
+            if (!plausible(&h, size - at)) continue;
+            uint32_t crc = ga_crc32c(0, &h, sizeof h), stored;
+            uint8_t piece[4096];
+            uint64_t pos = at + HEADER_BYTES, end = pos + h.len;
+            bool ok = true;
+            while (ok && pos < end) {
+                size_t n = end - pos < sizeof piece ? (size_t)(end - pos) : sizeof piece;
+                ok = pread(fd, piece, n, (off_t)pos) == (ssize_t)n;
+                if (ok) crc = ga_crc32c(crc, piece, n);
+                pos += n;
+            }
+            found = ok && pread(fd, &stored, 4, (off_t)end) == 4 && stored == crc;
+        }
+    }
+    ga_free(buf);
+    return found;
+}
+
+ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, ga_journal_end *end,
+                            char *why, size_t cap)
 {
     char **names;
     size_t count;
-    *records = 0, *damaged = 0;
+    *end = (ga_journal_end){0};
     GA_CHECK(ga_file_list(dir, PREFIX, SUFFIX, &names, &count, why, cap));
     ga_status st = GA_OK;
-    for (size_t i = 0; i < count && st == GA_OK; i++) {
+    for (size_t i = 0; i < count && st == GA_OK && !end->damaged; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -288,20 +329,38 @@ ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit vi
             if (fd >= 0) close(fd);
             break;
         }
-        uint64_t left = (uint64_t)sb.st_size;
+        uint64_t size = (uint64_t)sb.st_size, left = size, last_seq = 0;
         header h;
         uint8_t *body;
         bool bad;
         while (st == GA_OK && read_record(fd, path, left, &h, &body, &bad)) {
             left -= HEADER_BYTES + h.len + 4;
+            last_seq = h.seq;
             if (h.seq > after) {
                 ga_journal_record r = {(ga_journal_type)h.type, h.seq, body, (size_t)h.len};
                 st = visit(arg, &r, why, cap);
-                (*records)++;
+                end->records++;
             }
             ga_free(body);
         }
-        if (bad) (*damaged)++;
+        if (bad && st == GA_OK) {
+            /* The seq this segment had reached: its last intact record's, else the one before the
+             * first it was opened for. */
+            uint64_t at = size - left, c, first = 0, next_first = 0;
+            uint64_t reached = last_seq ? last_seq : parse_name(names[i], &c, &first) && first ? first - 1 : 0;
+            bool has_next = i + 1 < count && parse_name(names[i + 1], &c, &next_first);
+            bool damage = intact_after(fd, at + 1, size) || (has_next && next_first > reached + 1);
+            bool needed = !has_next || next_first > after + 1;
+            if (!damage) {
+                end->torn++;
+            } else if (!needed) {
+                end->damaged_covered++;
+            } else {
+                end->damaged = true;
+                end->last_seq = reached;
+                snprintf(end->where, sizeof end->where, "%.250s at byte %" PRIu64, path, at);
+            }
+        }
         close(fd);
     }
     ga_file_names_free(names, count);

@@ -70,9 +70,24 @@ ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal
 ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap);
 
 /* Replay: calls visit for every intact record with seq > after, segment after segment, in the
- * order written. A segment ends at its first torn or corrupt record (a torn tail is the normal
- * trace of a killed write; *damaged counts the segments cut short). visit's error stops the
- * replay and is returned. */
+ * order written. A record that fails its checks ends its segment, and is one of two things:
+ *  - a torn tail, the trace of a write a crash cut short (never acknowledged): nothing intact
+ *    follows it in its segment, and the next segment (if any) starts at most one seq past the
+ *    last intact record (the restart after that crash knew of nothing beyond it). The replay
+ *    goes on with the next segment; end->torn counts these.
+ *  - damage: an intact record follows it in the same segment, or the next segment starts later
+ *    than that (records the server once had are unreadable). When the segment holds records
+ *    the replay needs (seq > after), the replay stops there: end->damaged, end->where. Damage
+ *    in a segment a checkpoint covers is only counted (end->damaged_covered).
+ * visit's error stops the replay and is returned. */
+typedef struct ga_journal_end {
+    uint64_t records;         /* records visited */
+    uint64_t torn;            /* segments that ended at a torn tail */
+    uint64_t damaged_covered; /* damaged segments the replay did not need */
+    bool damaged;             /* the replay stopped at damage it needed past */
+    uint64_t last_seq;        /* damaged: the seq the segment had reached before it */
+    char where[300];          /* damaged: "<segment> at byte N" */
+} ga_journal_end;
 typedef struct ga_journal_record {
     ga_journal_type type;
     uint64_t seq;
@@ -80,8 +95,8 @@ typedef struct ga_journal_record {
     size_t len;
 } ga_journal_record;
 typedef ga_status (*ga_journal_visit)(void *arg, const ga_journal_record *r, char *why, size_t cap);
-ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, uint64_t *records,
-                            uint64_t *damaged, char *why, size_t cap);
+ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, ga_journal_end *end,
+                            char *why, size_t cap);
 
 /* Deletes the segments whose every record has seq <= covered (the next segment starts at or
  * below it). Never the newest segment. Returns how many went. */

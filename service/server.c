@@ -3,6 +3,7 @@
  * timers, the signals and every step of the shutdown sequence. */
 #include "server.h"
 
+#include <inttypes.h>
 #include <signal.h>
 #include <string.h>
 #include <stdbool.h>
@@ -337,7 +338,13 @@ static void setup(void *arg)
     /* Calls that arrived already wait behind this function in the loop's queue. */
     ga_health_set_all(s->health, GA_SERVING);
     /* Ready once everything above (checkpoint restore included) is done. */
-    if (s->admin) ga_admin_set_ready(s->admin, true, "ready");
+    if (s->admin) {
+        char note[128] = "ready";
+        uint64_t damaged = ga_core_damaged_journals(s->core);
+        if (damaged)
+            snprintf(note, sizeof note, "ready; %" PRIu64 " job(s) refused: a damaged journal (see the log)", damaged);
+        ga_admin_set_ready(s->admin, true, note);
+    }
     s->phase = P_RUNNING;
     goto done;
 

@@ -122,25 +122,25 @@ static void test_journal_replay_stops_at_damage(void **state)
     char path[256];
     snprintf(path, sizeof path, "%s", j.file.path);
     seen s = {0};
-    uint64_t records, damaged;
+    ga_journal_end end;
     /* As a killed server leaves it: the last block's zero padding is still there, and is no
      * damage. */
     assert_true(file_size(path) % GA_DFILE_ALIGN == 0 && (uint64_t)file_size(path) > j.file.size);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 4);
-    assert_int_equal(damaged, 0);
+    assert_true(end.torn == 0 && !end.damaged);
     uint64_t committed = j.file.size;
     ga_journal_close(&j);
     assert_int_equal(file_size(path), committed); /* the close cut the padding */
 
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 4);
-    assert_int_equal(damaged, 0);
+    assert_true(end.torn == 0 && !end.damaged);
     assert_true(s.first[3] == 30.0f && s.seq[3] == 4);
     /* Only the records after a checkpoint's version come back. */
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 2, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 2, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.seq[0], 3);
 
@@ -148,25 +148,35 @@ static void test_journal_replay_stops_at_damage(void **state)
     off_t size = file_size(path);
     assert_int_equal(truncate(path, size - 100), 0);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 3);
-    assert_int_equal(damaged, 1);
-    /* A flipped bit in the second record's payload ends the segment there. */
+    assert_true(end.torn == 1 && !end.damaged);
+    /* A flipped bit in the second record's payload, intact records after it: damage, not a torn
+     * tail. The replay stops there, and says where. */
     flip_byte(path, size / 4 + 600);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
+    assert_true(end.damaged && end.torn == 0);
+    assert_int_equal(end.last_seq, 1);
+    assert_non_null(strstr(end.where, "journal-"));
 
-    /* A new segment after damage is still read. */
+    /* A segment after the damage is not read: its records would land on a state that lacks the
+     * damaged ones. */
     assert_int_equal(ga_journal_open(&j, dir, 5, GA_JOURNAL_SYNC_NONE, why, sizeof why), GA_OK);
     ga_push *p = make_push(4, 1, 99.0f, 10);
     assert_int_equal(ga_journal_commit(&j, 5, p, why, sizeof why), GA_OK);
     ga_push_free(p);
     ga_journal_close(&j);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
-    assert_int_equal(s.n, 2);
-    assert_true(s.first[1] == 99.0f);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 1);
+    assert_true(end.damaged);
+    /* ... unless a checkpoint covers the damaged segment: only the later one is needed. */
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 4, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(s.n, 1);
+    assert_true(s.first[0] == 99.0f && !end.damaged && end.damaged_covered == 1);
 
     /* Pruning: the first segment goes once a kept checkpoint covers the second's start. */
     size_t removed;
@@ -175,10 +185,57 @@ static void test_journal_replay_stops_at_damage(void **state)
     assert_int_equal(ga_journal_prune(dir, 5, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 1);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_int_equal(ga_journal_prune(dir, 1000, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 0); /* never the newest segment */
+}
+
+/* Segments 1..3 of one record each, then the last record cut short (a crash), then a segment
+ * opened for `next_first` with one record: the journal as a restart after that crash leaves it
+ * when next_first = 3 (it knew seq 2), or as damage would when the next segment starts later. */
+static void torn_then(const char *dir, uint64_t next_first)
+{
+    char why[256];
+    ga_journal j;
+    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
+    for (uint64_t s = 0; s < 3; s++) {
+        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
+        assert_int_equal(ga_journal_commit(&j, s + 1, p, why, sizeof why), GA_OK);
+        ga_push_free(p);
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s", j.file.path);
+    ga_journal_close(&j);
+    assert_int_equal(truncate(path, file_size(path) - 100), 0);
+    assert_int_equal(ga_journal_open(&j, dir, next_first, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
+    ga_push *p = make_push(next_first - 1, 0, 77.0f, 10);
+    assert_int_equal(ga_journal_commit(&j, next_first, p, why, sizeof why), GA_OK);
+    ga_push_free(p);
+    ga_journal_close(&j);
+}
+
+static void test_journal_tells_a_torn_tail_from_damage(void **state)
+{
+    (void)state;
+    char dir[128], why[256];
+    seen s = {0};
+    ga_journal_end end;
+    /* The restart after the crash went on from seq 2: a torn tail, and the next segment is read. */
+    ga_test_fresh_dir(dir, sizeof dir, base);
+    torn_then(dir, 3);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_true(end.torn == 1 && !end.damaged);
+    assert_int_equal(s.n, 3);
+    assert_true(s.first[2] == 77.0f);
+    /* The next segment starts at seq 5: the server once had seqs 3 and 4, now unreadable. */
+    ga_test_fresh_dir(dir, sizeof dir, base);
+    torn_then(dir, 5);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_true(end.damaged && end.torn == 0);
+    assert_int_equal(end.last_seq, 2);
+    assert_int_equal(s.n, 2);
 }
 
 /* Whether a dropped page shows as gone: not on tmpfs, which keeps a file's pages as the file
@@ -236,8 +293,8 @@ static void test_journal_skips_the_page_cache(void **state)
     /* The records are all still there. */
     ga_journal_close(&j);
     seen s = {0};
-    uint64_t records, damaged;
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &records, &damaged, why, sizeof why), GA_OK);
+    ga_journal_end end;
+    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_true(s.first[0] == 1.0f);
 }
@@ -451,6 +508,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_check_value),
         cmocka_unit_test(test_journal_replay_stops_at_damage),
+        cmocka_unit_test(test_journal_tells_a_torn_tail_from_damage),
         cmocka_unit_test(test_journal_skips_the_page_cache),
         cmocka_unit_test(test_dfile_direct_round_trip),
         cmocka_unit_test(test_dfile_buffered_round_trip),
