@@ -34,6 +34,8 @@ struct ga_admin {
 struct conn {
     ga_admin *a;
     conn *prev, *next;
+    char ip[48];              /* the peer's address without its port: what the per-client cap counts */
+    uint64_t waiting_since;   /* uv_now at accept or at the last answer: when its next request began to be due */
     uv_tcp_t tcp;
     uv_timer_t timer;   /* the request deadline */
     int open_handles;   /* tcp and timer, until their close callbacks ran */
@@ -153,6 +155,7 @@ static void send_answer(conn *c, int status, const char *extra, const char *type
     c->writes++;
     c->unsent += w->bytes;
     uv_timer_start(&c->timer, on_timeout, c->a->opt.request_timeout_ms, 0);
+    c->waiting_since = uv_now(c->a->loop);
     if (close) conn_finish(c);
     return;
 fail_w:
@@ -331,6 +334,73 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 static void free_handle(uv_handle_t *h) { ga_free(h); }
 
+/* A connection waiting for its next request (nothing being answered, not closing): one that
+ * may be closed to make room. */
+static bool waiting(const conn *c)
+{
+    return !c->done && c->writes == 0 && !uv_is_closing((const uv_handle_t *)&c->tcp);
+}
+
+static size_t open_from(const ga_admin *a, const char *ip)
+{
+    size_t n = 0;
+    for (const conn *c = a->conns; c; c = c->next)
+        if (!uv_is_closing((const uv_handle_t *)&c->tcp) && strcmp(c->ip, ip) == 0) n++;
+    return n;
+}
+
+/* The client with the most connections open (ties: the first found). */
+static const char *busiest(const ga_admin *a)
+{
+    const char *ip = NULL;
+    size_t most = 0;
+    for (const conn *c = a->conns; c; c = c->next) {
+        if (uv_is_closing((const uv_handle_t *)&c->tcp)) continue;
+        size_t n = open_from(a, c->ip);
+        if (n > most) most = n, ip = c->ip;
+    }
+    return ip;
+}
+
+/* Of ip's connections other than `fresh`, the one that has waited longest for its request. */
+static conn *oldest_waiting(ga_admin *a, const char *ip, const conn *fresh)
+{
+    conn *old = NULL;
+    for (conn *c = a->conns; c; c = c->next)
+        if (c != fresh && waiting(c) && strcmp(c->ip, ip) == 0 && (!old || c->waiting_since < old->waiting_since))
+            old = c;
+    return old;
+}
+
+static void peer_ip(conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    snprintf(c->ip, sizeof c->ip, "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return;
+    if (ss.ss_family == AF_INET) uv_ip4_name((struct sockaddr_in *)&ss, c->ip, sizeof c->ip);
+    else if (ss.ss_family == AF_INET6) uv_ip6_name((struct sockaddr_in6 *)&ss, c->ip, sizeof c->ip);
+}
+
+/* Over a limit (the client's own, or all connections): the connection that has waited longest
+ * for its request, of this client or else of the client holding the most, makes room, so a new
+ * probe is always served however many slow clients hold connections open. Without one to close,
+ * the new connection is closed instead. One log line a second at most. */
+static void make_room(ga_admin *a, conn *fresh)
+{
+    bool own = open_from(a, fresh->ip) > a->opt.max_connections_per_client;
+    if (!own && a->open <= a->opt.max_connections) return;
+    const char *who = own ? fresh->ip : busiest(a); /* never NULL: fresh is open */
+    conn *victim = oldest_waiting(a, who, fresh);
+    if (uv_now(a->loop) - a->refused_logged_ms >= 1000) {
+        a->refused_logged_ms = uv_now(a->loop);
+        ga_log(GA_LOG_WARN, "admin: %zu connections open, %zu from %s (limits %u, %u per client): closing %s", a->open,
+               open_from(a, who), who, a->opt.max_connections, a->opt.max_connections_per_client,
+               victim ? "its connection that waited longest for a request" : "the new one");
+    }
+    conn_close(victim ? victim : fresh);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     ga_admin *a = server->data;
@@ -338,21 +408,16 @@ static void on_connection(uv_stream_t *server, int status)
         ga_log(GA_LOG_WARN, "admin: accept: %s", uv_strerror(status));
         return;
     }
-    if (a->open >= a->opt.max_connections) {
+    conn *c = ga_calloc(1, sizeof *c + a->opt.max_url_bytes + 1);
+    if (!c) {
         /* Accepted and closed at once: the backlog must not fill with what will never be read. */
         uv_tcp_t *t = ga_malloc(sizeof *t);
         if (!t) return;
         uv_tcp_init(a->loop, t);
-        /* One line a second at most: a flood must not flood the log too. */
-        if (uv_accept(server, (uv_stream_t *)t) == 0 && uv_now(a->loop) - a->refused_logged_ms >= 1000) {
-            a->refused_logged_ms = uv_now(a->loop);
-            ga_log(GA_LOG_WARN, "admin: %zu connections open (the most): closing new ones", a->open);
-        }
+        (void)uv_accept(server, (uv_stream_t *)t);
         uv_close((uv_handle_t *)t, free_handle);
         return;
     }
-    conn *c = ga_calloc(1, sizeof *c + a->opt.max_url_bytes + 1);
-    if (!c) return;
     c->a = a;
     uv_tcp_init(a->loop, &c->tcp);
     uv_timer_init(a->loop, &c->timer);
@@ -363,10 +428,17 @@ static void on_connection(uv_stream_t *server, int status)
     a->conns = c;
     a->nconns++;
     a->open++;
+    c->waiting_since = uv_now(a->loop);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    peer_ip(c);
+    make_room(a, c);
+    if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
         return;
     }
@@ -418,6 +490,7 @@ ga_status ga_admin_start(uv_loop_t *loop, const ga_admin_options *opt, ga_admin 
                          size_t cap)
 {
     if (!loop || !opt || !out || !port || opt->version < sizeof(ga_admin_options) || opt->max_connections == 0 ||
+        opt->max_connections_per_client == 0 ||
         opt->request_timeout_ms == 0 || opt->max_url_bytes == 0 || opt->max_header_bytes == 0)
         return ga_status_fail(GA_E_CONFIG, why, cap, "invalid admin server options");
     struct sockaddr_storage ss;

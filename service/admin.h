@@ -1,8 +1,10 @@
 /* The admin HTTP/1.1 server on the loop thread (DESIGN.md §3, §6): GET and HEAD of /metrics
  * (Prometheus text 0.0.4), /healthz (200 "ok" while the loop runs) and /readyz (200 "ready", or
  * 503 with the reason). Requests are parsed by Debian's libhttp-parser. Keep-alive and
- * pipelining are supported; connections are bounded, and each must complete its next request
- * within a deadline, so a slow or silent client holds one slot for a while and never the loop.
+ * pipelining are supported; connections are bounded (all, and per client address), each must
+ * complete its next request within a deadline, and a new connection past a bound takes the slot
+ * of the one that has waited longest for its request: slow or silent clients never hold the
+ * loop, and never keep a probe out.
  * Answers: 404 unknown path, 405 other methods, 400 a malformed request, 414 / 431 an oversize
  * URL / header block, 413 an oversize body (those four close the connection).
  *
@@ -28,7 +30,12 @@ typedef struct ga_admin_options {
     const char *listen;            /* "127.0.0.1:0", "0.0.0.0:7071", "[::1]:7071", "localhost:7071" */
     ga_admin_collect_fn collect;   /* may be NULL */
     void *collect_arg;
-    uint32_t max_connections;      /* more are accepted and closed at once */
+    uint32_t max_connections;      /* open at once; past it, see max_connections_per_client */
+    /* Open at once from one client address. A connection past either limit makes room: the
+     * connection that has waited longest for its request (of the same client, or else of the
+     * client holding the most) is closed, so slow or idle clients cannot starve a probe; when
+     * none is waiting (all are being answered), the new connection is closed instead. */
+    uint32_t max_connections_per_client;
     uint32_t request_timeout_ms;   /* from accept or the last answer to the end of the next request */
     size_t max_header_bytes;       /* request line and headers: more = 431 */
     size_t max_url_bytes;          /* more = 414 */
@@ -36,7 +43,7 @@ typedef struct ga_admin_options {
     size_t max_unsent_bytes;       /* answers a client has not read yet: more = the connection is closed */
 } ga_admin_options;
 #define GA_ADMIN_OPTIONS_INIT \
-    {sizeof(ga_admin_options), "127.0.0.1:0", NULL, NULL, 64, 10000, 8192, 2048, 4096, 8u << 20}
+    {sizeof(ga_admin_options), "127.0.0.1:0", NULL, NULL, 64, 16, 10000, 8192, 2048, 4096, 8u << 20}
 
 /* Binds opt->listen on loop and begins accepting; *port = the bound port (the real one for :0).
  * Readiness starts false ("starting"). Borrows loop (must outlive the server), copies the rest.

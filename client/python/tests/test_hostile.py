@@ -1,12 +1,16 @@
 """Hostile clients against a real server (docs/reliability.md, "Memory"): every byte the server
 holds for an unfinished stream is in --max-memory-mb before it is kept, a stream is checked
 against its job and membership at its first chunk, one client host holds at most
---max-streams-per-client streams open, and a list too long to unpack is refused before it is. Each test reproduces an attack with hand-built gRPC
+--max-streams-per-client streams open, a list too long to unpack is refused before it is, and
+the admin port answers its probes under a slow-loris. Each test reproduces an attack with hand-built gRPC
 (_wire.py), bounds the server's RSS from /proc while it runs, and then trains a legitimate job
 on the same server."""
 from __future__ import annotations
 
+import socket
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import List
 
@@ -165,4 +169,70 @@ def test_a_shape_of_millions_of_numbers_is_refused_before_it_is_unpacked(tmp_pat
         assert rss.peak < before + 4 * 64 + 64, f"RSS {before:.0f} -> {rss.peak:.0f} MiB"
         legitimate_job_trains(s, "legit")
     finally:
+        s.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("attacker", ["127.0.0.2", "127.0.0.1"])
+def test_probes_are_answered_under_a_slow_loris(tmp_path: Path, attacker: str) -> None:
+    # 200 connections to the admin port each sending one byte of a request a second (from
+    # another address, and from the probe's own): every /healthz and /readyz probe is answered,
+    # since a new connection takes the slot of the one that waited longest for its request.
+    port = free_port()
+    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", f"127.0.0.1:{port}")
+    stop = threading.Event()
+    opened = [0]
+
+    def loris() -> None:
+        socks: List[socket.socket] = []
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+        while not stop.is_set():
+            while len(socks) < 200 and not stop.is_set():
+                k = socket.socket()
+                k.settimeout(2)
+                try:
+                    k.bind((attacker, 0))
+                    k.connect(("127.0.0.1", port))
+                    k.send(request[:1])
+                    socks.append(k)
+                    opened[0] += 1
+                except OSError:
+                    k.close()
+                    break
+            alive = []
+            for k in socks:
+                try:
+                    k.send(b"X-Slow: 1\r\n"[:1])
+                    alive.append(k)
+                except OSError:  # closed by the server to make room: open another
+                    k.close()
+            socks = alive
+            stop.wait(1.0)
+        for k in socks:
+            k.close()
+
+    t = threading.Thread(target=loris, daemon=True)
+    try:
+        t.start()
+        time.sleep(2.0)  # the loris holds its connections
+        answered = failed = 0
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            for path in ("/healthz", "/readyz"):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                        answered += r.status == 200
+                except OSError:
+                    failed += 1
+            time.sleep(0.25)
+        assert opened[0] >= 200, f"the loris opened only {opened[0]} connections"
+        assert failed == 0 and answered >= 40, f"{answered} probes answered, {failed} failed"
+    finally:
+        stop.set()
+        t.join(10)
         s.stop()
