@@ -9,6 +9,7 @@
 typedef struct blob_impl {
     ga_blob pub;
     atomic_int refs;
+    _Atomic uint64_t *_Atomic pinned; /* ga_blob_retire's counter, or NULL */
 } blob_impl;
 
 ga_blob *ga_blob_create(size_t size)
@@ -22,6 +23,7 @@ ga_blob *ga_blob_create(size_t size)
     }
     b->pub.size = size;
     atomic_init(&b->refs, 1);
+    atomic_init(&b->pinned, NULL);
     return &b->pub;
 }
 
@@ -47,8 +49,18 @@ void ga_blob_unref(ga_blob *b)
     blob_impl *impl = (blob_impl *)b;
     /* acq_rel: every writer's stores happen before the free on the last reference. */
     if (atomic_fetch_sub_explicit(&impl->refs, 1, memory_order_acq_rel) != 1) return;
+    _Atomic uint64_t *pinned = atomic_load_explicit(&impl->pinned, memory_order_acquire);
+    if (pinned) atomic_fetch_sub_explicit(pinned, ga_blob_footprint(b->size), memory_order_relaxed);
     ga_free(b->data);
     ga_free(impl);
+}
+
+void ga_blob_retire(ga_blob *b, _Atomic uint64_t *pinned)
+{
+    if (!b || !pinned) return;
+    /* Counted before the pointer is seen: the last unref (after the caller's) subtracts it. */
+    atomic_fetch_add_explicit(pinned, ga_blob_footprint(b->size), memory_order_relaxed);
+    atomic_store_explicit(&((blob_impl *)b)->pinned, pinned, memory_order_release);
 }
 
 void ga_blob_release(void *b)

@@ -4,6 +4,7 @@
 #ifndef GA_BLOB_H
 #define GA_BLOB_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,10 @@ void ga_blob_unref(ga_blob *b);
  * references also means every other holder has released its reference, and (acquire) whatever
  * it read of the blob happened before the caller's next write to it. */
 int ga_blob_refs(const ga_blob *b);
+/* Its owner (the core, publishing a newer version) is done with b, which other holders (pulls
+ * still sending it) may keep: from now until the last reference goes, b's footprint counts in
+ * *pinned (any thread; the memory budget reads it). The caller holds a reference. Once. */
+void ga_blob_retire(ga_blob *b, _Atomic uint64_t *pinned);
 /* ga_blob_unref with a void * argument: the release callback for ga_wire_pack. */
 void ga_blob_release(void *b);
 

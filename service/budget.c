@@ -8,6 +8,14 @@ void ga_budget_init(ga_budget *b, uint64_t max_bytes)
     b->max = max_bytes;
     atomic_init(&b->core, 0);
     atomic_init(&b->streams, 0);
+    b->full = NULL;
+    b->full_arg = NULL;
+}
+
+void ga_budget_on_full(ga_budget *b, void (*fn)(void *arg), void *arg)
+{
+    b->full = fn;
+    b->full_arg = arg;
 }
 
 ga_status ga_budget_take(ga_budget *b, size_t n, const char *what, char *why, size_t why_cap)
@@ -16,6 +24,7 @@ ga_status ga_budget_take(ga_budget *b, size_t n, const char *what, char *why, si
     for (;;) {
         uint64_t core = atomic_load_explicit(&b->core, memory_order_relaxed);
         uint64_t used = core + streams;
+        if ((used > b->max || n > b->max - used) && b->full) b->full(b->full_arg);
         if (used > b->max || n > b->max - used)
             return ga_status_fail(GA_E_BUSY, why, why_cap,
                                   "the server's memory is full: %" PRIu64 " bytes of jobs and held pushes, %" PRIu64

@@ -19,9 +19,14 @@ typedef struct ga_budget {
     _Atomic uint64_t core;   /* the core's bytes as it last published them */
     _Atomic uint64_t streams; /* bytes taken by chunks of streams the core has not taken over,
                                  and the room of every message gRPC may be receiving */
+    void (*full)(void *arg);  /* called (any thread) when a take finds no room: time to take memory back */
+    void *full_arg;
 } ga_budget;
 
 void ga_budget_init(ga_budget *b, uint64_t max_bytes);
+/* fn(arg) runs on the thread of every take that finds no room (it must only signal, e.g.
+ * uv_async_send). Before any take. */
+void ga_budget_on_full(ga_budget *b, void (*fn)(void *arg), void *arg);
 /* Any thread. Takes n bytes (for `what`: "this chunk", ...) when core + streams + n <= max;
  * otherwise GA_E_BUSY (transient: a client retries once other calls ended) with a message
  * naming the figures and --max-memory-mb, and nothing taken. */

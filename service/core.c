@@ -19,7 +19,7 @@ static void handle_closed(uv_handle_t *h) { ga_free(h); }
 
 uint64_t ga_core_own_bytes(const ga_core *c)
 {
-    uint64_t total = c->held_bytes;
+    uint64_t total = c->held_bytes + atomic_load_explicit(&c->pinned, memory_order_relaxed);
     for (size_t i = 0; i < c->njobs; i++) total += c->jobs[i]->store_bytes;
     return total;
 }
@@ -29,6 +29,19 @@ uint64_t ga_core_own_bytes(const ga_core *c)
 static void account(uv_check_t *h)
 {
     ga_core_publish_bytes(h->data);
+}
+
+/* The budget was full for a take (any thread): the loop takes back what stale pulls pin. */
+static void budget_full(void *arg)
+{
+    uv_async_send(arg);
+}
+
+static void reclaim(uv_async_t *h)
+{
+    ga_core *c = h->data;
+    for (size_t i = 0; i < c->njobs; i++) ga_core_pulls_reclaim(c->jobs[i], true);
+    ga_core_publish_bytes(c);
 }
 
 ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **out)
@@ -53,16 +66,22 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     c->loop = loop;
     ga_budget_init(&c->budget, o.max_memory_bytes);
     c->accounting = ga_calloc(1, sizeof *c->accounting);
-    if (!c->accounting) {
-        ga_free(c);
+    c->reclaim = ga_calloc(1, sizeof *c->reclaim);
+    if (!c->accounting || !c->reclaim) {
+        ga_free(c->accounting), ga_free(c->reclaim), ga_free(c);
         return GA_E_NOMEM;
     }
     uv_check_init(loop, c->accounting);
     c->accounting->data = c;
     uv_check_start(c->accounting, account);
     uv_unref((uv_handle_t *)c->accounting); /* it alone does not keep the loop running */
+    uv_async_init(loop, c->reclaim, reclaim);
+    c->reclaim->data = c;
+    uv_unref((uv_handle_t *)c->reclaim);
+    ga_budget_on_full(&c->budget, budget_full, c->reclaim);
     if ((st = ga_core_lease_start(c)) != GA_OK) {
         uv_close((uv_handle_t *)c->accounting, handle_closed);
+        uv_close((uv_handle_t *)c->reclaim, handle_closed);
         ga_free(c);
         return st;
     }
@@ -84,6 +103,8 @@ void ga_core_destroy(ga_core *c)
     ga_core_lease_stop(c);
     uv_check_stop(c->accounting);
     uv_close((uv_handle_t *)c->accounting, handle_closed);
+    ga_budget_on_full(&c->budget, NULL, NULL);
+    uv_close((uv_handle_t *)c->reclaim, handle_closed);
     ga_free(c->jobs);
     ga_free(c);
 }

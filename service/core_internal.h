@@ -21,10 +21,13 @@ struct ga_core {
     uint64_t held_bytes; /* push and init bundles (held_bytes) held by steps and queued tasks, all jobs */
     ga_budget budget;    /* --max-memory-mb as the completion-queue threads see it (budget.h) */
     uv_check_t *accounting; /* publishes the core's bytes to the budget once per loop turn */
+    uv_async_t *reclaim;    /* a take found the budget full: end the pulls pinning old versions */
     bool draining, drained;
     bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
     uint64_t corrupt_checkpoints; /* skipped at restore */
     uint64_t damaged_journals;    /* jobs refused at restore for a damaged journal */
+    _Atomic uint64_t pinned;      /* superseded blobs still held by pulls sending them (blob.h) */
+    uint64_t pulls_reclaimed;     /* such pulls ended to take their memory back */
     void (*drain_done)(void *arg);
     void *drain_arg;
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */
@@ -34,7 +37,8 @@ ga_job *ga_core_job(ga_core *c, const char *name);
 /* ga_core_job, and when there is no such job: NULL with *st = GA_E_UNKNOWN_JOB and the message
  * in why[0..GA_WHY_CAP). */
 ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why);
-/* Bytes held by every job's store and the bundles the core holds. */
+/* Bytes held by every job's store, the bundles the core holds, and the superseded versions pulls
+ * still pin. */
 uint64_t ga_core_own_bytes(const ga_core *c);
 /* Those and what unfinished streams and messages being received hold (budget.h): what
  * --max-memory-mb bounds. */
@@ -117,6 +121,11 @@ void ga_core_pulls_serve(ga_job *job);
  * the others `st` with the message. */
 void ga_core_pulls_end(ga_job *job, ga_status st, const char *why);
 bool ga_core_pull_cancel(ga_core *c, ga_call *call);
+/* Forgets the answered pulls that are sent, and ends the ones still sending a superseded version
+ * (GA_E_BUSY: they pull again), oldest first, while the server holds more than --max-memory-mb
+ * or, with `full`, because a take found no room: what they pin is the first memory a full
+ * server takes back. */
+void ga_core_pulls_reclaim(ga_job *job, bool full);
 /* core_init.c: the parked awaiting inits (await_values) finished with st, or the one of call
  * as cancelled (false: not parked). */
 void ga_core_inits_end(ga_job *job, ga_status st, const char *why);

@@ -134,6 +134,12 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
     ga_label core_part = {"part", "core"}, streams_part = {"part", "streams"};
     ga_metrics_u64(t, "gradagg_budget_bytes", &core_part, 1, ga_core_own_bytes(c));
     ga_metrics_u64(t, "gradagg_budget_bytes", &streams_part, 1, ga_budget_streams(&c->budget));
+    ga_metrics_family(t, "gradagg_pinned_bytes", "gauge",
+                      "Superseded versions that pulls still sending them hold (counted in --max-memory-mb).");
+    ga_metrics_u64(t, "gradagg_pinned_bytes", NULL, 0, atomic_load_explicit(&c->pinned, memory_order_relaxed));
+    ga_metrics_family(t, "gradagg_pulls_reclaimed_total", "counter",
+                      "Pulls ended while sending a superseded version because the server needed the memory.");
+    ga_metrics_u64(t, "gradagg_pulls_reclaimed_total", NULL, 0, c->pulls_reclaimed);
     ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
                       "Checkpoints skipped at start-up because they did not verify (an older one was used).");
     ga_metrics_u64(t, "gradagg_checkpoints_corrupt_total", NULL, 0, c->corrupt_checkpoints);

@@ -12,6 +12,8 @@
 /* Streams the job's current version to call, then finishes it. A piece goes as a delta when the
  * worker holds the version before and the job publishes deltas; otherwise as fp32. Each send
  * hands the call a reference of its own to the blob, released once the bytes are out. */
+static void remember_sending(ga_job *job, ga_call *call, uint64_t version);
+
 static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_version)
 {
     uint64_t v = job->version;
@@ -45,7 +47,46 @@ static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_v
             }
         }
     }
+    remember_sending(job, call, v);
     ga_call_finish(call, NULL, GA_OK, NULL);
+}
+
+/* Holds an answered call while its messages may still go out, so that a full server can end it
+ * (ga_core_pulls_reclaim). Without memory for the entry the call is simply not tracked. */
+static void remember_sending(ga_job *job, ga_call *call, uint64_t version)
+{
+    if (!call) return;
+    if (job->nsending == job->sending_cap) {
+        size_t ncap = job->sending_cap ? 2 * job->sending_cap : 8;
+        struct ga_sending_pull *n = ga_malloc(ncap * sizeof *n);
+        if (!n) return;
+        if (job->nsending) memcpy(n, job->sending, job->nsending * sizeof *n);
+        ga_free(job->sending);
+        job->sending = n, job->sending_cap = ncap;
+    }
+    ga_call_hold(call);
+    job->sending[job->nsending++] = (struct ga_sending_pull){call, version};
+}
+
+void ga_core_pulls_reclaim(ga_job *job, bool full)
+{
+    ga_core *c = job->core;
+    size_t kept = 0;
+    for (size_t i = 0; i < job->nsending; i++) {
+        struct ga_sending_pull p = job->sending[i];
+        if (!ga_call_sending(p.call)) {
+            ga_call_release(p.call);
+        } else if (p.version < job->version && (full || ga_core_bytes(c) > c->opt.max_memory_bytes)) {
+            ga_call_cancel(p.call, GA_E_BUSY,
+                           "this pull was still sending a superseded version, and the server needs the memory it "
+                           "pinned (--max-memory-mb): pull again");
+            ga_call_release(p.call);
+            c->pulls_reclaimed++;
+        } else {
+            job->sending[kept++] = p;
+        }
+    }
+    job->nsending = kept;
 }
 
 /* An apply is queued or running: it may rewrite the current blobs in place (store.h

@@ -103,7 +103,11 @@ static void apply_done(ga_task *t)
     if (a->rc == GA_OK) lent_release(job); /* a failed apply may still hold them: kept with the job */
     if (a->rc == GA_OK && job->fault == GA_OK) {
         for (size_t i = 0; i < a->ntensors; i++) {
-            ga_published_clear(&job->tensors[i].pub);
+            ga_published *old = &job->tensors[i].pub;
+            /* What pulls still sending the old version hold counts until they let it go. */
+            if (old->full != a->out[i].full) ga_blob_retire(old->full, &job->core->pinned);
+            if (old->delta != a->out[i].delta) ga_blob_retire(old->delta, &job->core->pinned);
+            ga_published_clear(old);
             job->tensors[i].pub = a->out[i];
         }
         job->version = a->version;
@@ -112,6 +116,7 @@ static void apply_done(ga_task *t)
             ga_histogram_observe(&job->step_seconds, (double)(uv_hrtime() - a->step_start_ns) * 1e-9);
         job->store_bytes = ga_store_bytes(job->store);
         ga_core_pulls_serve(job);
+        ga_core_pulls_reclaim(job, false);
     } else {
         if (a->rc == GA_OK)
             for (size_t i = 0; i < a->ntensors; i++) ga_published_clear(&a->out[i]);

@@ -76,6 +76,7 @@ static void sweep(uv_timer_t *timer)
     uint64_t restored = lease > RESTORED_LEASE_MS ? lease : RESTORED_LEASE_MS;
     for (size_t i = 0; i < c->njobs; i++) {
         ga_job *job = c->jobs[i];
+        ga_core_pulls_reclaim(job, false);
         if (job->fault != GA_OK) continue;
         for (uint32_t r = 0; r < job->world; r++) {
             ga_member *m = &job->members[r];

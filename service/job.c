@@ -296,6 +296,8 @@ static void timer_closed(uv_handle_t *h) { ga_free(h); }
 void ga_job_destroy(ga_job *job)
 {
     if (!job) return;
+    for (size_t i = 0; i < job->nsending; i++) ga_call_release(job->sending[i].call);
+    ga_free(job->sending);
     job_free_fields(job);
     uv_close((uv_handle_t *)job->timer, timer_closed);
     ga_free(job);

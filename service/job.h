@@ -92,6 +92,13 @@ typedef struct ga_job {
     uv_timer_t *timer; /* straggler deadline (sync); freed by its close callback */
     ga_taskq tasks;
     ga_pull_wait *pulls; /* waiting pulls, oldest first */
+    /* Pulls answered whose messages may still be going out (core_pull.c), oldest first: each
+     * call held (ga_call_hold) with the version it sends, until it is sent or reclaimed. */
+    struct ga_sending_pull {
+        struct ga_call *call;
+        uint64_t version;
+    } *sending;
+    size_t nsending, sending_cap;
     ga_init_wait *init_waits; /* parked awaiting inits, oldest first */
     ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];

@@ -114,6 +114,13 @@ void ga_call_refuse(ga_call *call, ga_status st, const char *fmt, ...) __attribu
  * loop), until the matching ga_call_release. Any thread. */
 void ga_call_hold(ga_call *call);
 void ga_call_release(ga_call *call);
+/* Whether messages of the call are still queued or being sent (a client that does not read its
+ * answer keeps them, and the blobs they reference). Any thread. */
+bool ga_call_sending(ga_call *call);
+/* Ends the call now with st and msg, dropping what is still queued for it (and the blob
+ * references those messages hold): for a call whose answer was queued and finished, but which
+ * holds memory the server needs. Any thread; a no-op once the call is over. */
+void ga_call_cancel(ga_call *call, ga_status st, const char *msg);
 /* The peer address ("ipv4:127.0.0.1:5432"), for logs; valid until the call is finished. */
 const char *ga_call_peer(const ga_call *call);
 /* The request's metadata entries named `key` (lower case): returns how many there are, and

@@ -484,6 +484,29 @@ void ga_call_refuse(ga_call *c, ga_status st, const char *fmt, ...)
     (void)finish(c, NULL, st, msg, BY_REFUSAL);
 }
 
+bool ga_call_sending(ga_call *c)
+{
+    if (!c) return false;
+    pthread_mutex_lock(&c->mu);
+    bool sending = !c->gone && (c->in_flight || c->out_head);
+    pthread_mutex_unlock(&c->mu);
+    return sending;
+}
+
+void ga_call_cancel(ga_call *c, ga_status st, const char *msg)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    bool over = c->gone;
+    c->gone = true; /* nothing more is sent; the queue goes now, the message in flight when it completes */
+    drop_outs(c->out_head);
+    c->out_head = c->out_tail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!over)
+        grpc_call_cancel_with_status(c->call, (grpc_status_code)ga_wire_grpc_code(st), msg ? msg : ga_strerror(st),
+                                     NULL);
+}
+
 void ga_call_hold(ga_call *c)
 {
     if (c) call_ref(c);

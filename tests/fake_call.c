@@ -115,6 +115,19 @@ void ga_call_refuse(ga_call *call, ga_status st, const char *fmt, ...)
     va_end(ap);
 }
 
+bool ga_call_sending(ga_call *call)
+{
+    (void)call;
+    return false; /* a fake call's messages are recorded at once */
+}
+
+void ga_call_cancel(ga_call *call, ga_status st, const char *msg)
+{
+    call->cancelled = true;
+    call->cancel_status = st;
+    snprintf(call->cancel_message, sizeof call->cancel_message, "%s", msg ? msg : "");
+}
+
 /* The tests free their calls after the loop has run everything posted before: nothing to keep. */
 void ga_call_hold(ga_call *call) { (void)call; }
 void ga_call_release(ga_call *call) { (void)call; }

@@ -24,6 +24,9 @@ struct ga_call {
     size_t nmsgs, cap;
     bool finished;
     bool refused; /* finished by ga_call_refuse (a stream ended early) */
+    bool cancelled; /* ga_call_cancel after the finish */
+    ga_status cancel_status;
+    char cancel_message[256];
     ga_status status;
     char message[512];
     uint8_t *resp; /* the finish's response, packed; NULL when none */

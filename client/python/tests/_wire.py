@@ -56,6 +56,10 @@ def push_chunk(job: str, rank: int, incarnation: int, step: int, tensor: str, of
             field_varint(7, count) + field_bytes(15, payload))
 
 
+def pull_request(job: str, rank: int, incarnation: int, min_version: int) -> bytes:
+    return field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) + field_varint(4, min_version)
+
+
 def channel(addr: str, max_mb: int = 128) -> grpc.Channel:
     return grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", max_mb << 20),
                                                 ("grpc.max_receive_message_length", max_mb << 20)])

@@ -21,7 +21,8 @@ import pytest
 import gradagg
 from gradagg import _lib
 from _util import FAST
-from _wire import HeldStream, RssPeak, channel, init_chunk, join_request, push_chunk, rss_mib, unary
+from _wire import (SERVICE, HeldStream, RssPeak, channel, init_chunk, join_request, pull_request, push_chunk, rss_mib,
+                   unary)
 from conftest import Server
 
 MIB = 1 << 20
@@ -235,4 +236,47 @@ def test_probes_are_answered_under_a_slow_loris(tmp_path: Path, attacker: str) -
     finally:
         stop.set()
         t.join(10)
+        s.stop()
+
+
+def test_pulls_that_never_read_cannot_pin_versions_past_the_budget(tmp_path: Path) -> None:
+    # The attack: a 64 MiB job, and for each of 20 versions one pull that is answered
+    # and never read, each pinning a version the job has left behind. Pinned versions count in
+    # --max-memory-mb; once it is full the oldest such pulls are ended (RESOURCE_EXHAUSTED: pull
+    # again), and the job trains on.
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--max-memory-mb", "600", "--max-stream-mb", "256", "--admin-listen", admin)
+    try:
+        n = 16 << 20  # 64 MiB of fp32
+        p = np.zeros(n, np.float32)
+        ch = channel(s.addr)
+        before = rss_mib(s.proc.pid)
+        pulls = []
+        with RssPeak(s.proc.pid) as rss:
+            with gradagg.Client(s.addr, "victim", 0, 1, optimizer=gradagg.SGD(lr=0.5), incarnation=7, **FAST) as c:
+                c.add_tensor("w", p)
+                c.init()
+                g = np.ones(n, np.float32)
+                for v in range(20):
+                    pulls.append(ch.unary_stream(SERVICE + "Pull")(pull_request("victim", 0, 7, v), timeout=120))
+                    next(pulls[-1])  # the answer has begun: the version is pinned; nothing more is read
+                    c.step([g])
+                assert c.version == 20
+        text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        reclaimed = float(next(l.split()[-1] for l in text.splitlines() if l.startswith("gradagg_pulls_reclaimed_total ")))
+        print(f"RSS {before:.0f} -> peak {rss.peak:.0f} MiB, {reclaimed:.0f} pulls reclaimed")
+        assert reclaimed >= 5, text
+        assert rss.peak < 600 + OVERHEAD_MB, f"RSS {before:.0f} -> {rss.peak:.0f} MiB"
+        ended = 0
+        for call in pulls:
+            try:
+                for _ in call:
+                    pass
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    assert "superseded version" in (e.details() or "")
+                    ended += 1
+        assert ended >= 5
+        assert np.array_equal(p, np.full(n, -10.0, np.float32))
+    finally:
         s.stop()
