@@ -3,6 +3,7 @@
  * against the .proto sources. */
 #include "ga_methods.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define AGG "gradagg.v1.Aggregator"
@@ -41,4 +42,12 @@ const ga_method *ga_method_by_path(const char *path, size_t len)
         if (strlen(p) == len && memcmp(p, path, len) == 0) return &ga_methods[i];
     }
     return NULL;
+}
+
+const char *ga_peer_host(const char *peer, char *host, size_t cap)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon && colon != strchr(peer, ':') ? (size_t)(colon - peer) : strlen(peer);
+    snprintf(host, cap, "%.*s", (int)n, peer);
+    return host;
 }

@@ -44,6 +44,11 @@ typedef struct ga_method {
 
 extern const ga_method ga_methods[GA_METHODS];
 
+/* A gRPC peer string's host: without the last ":port" ("ipv4:10.0.0.7:5123" -> "ipv4:10.0.0.7",
+ * "ipv6:[::1]:80" -> "ipv6:[::1]"; one with a single ':' is kept whole). Into host[0..cap);
+ * returns host. */
+const char *ga_peer_host(const char *peer, char *host, size_t cap);
+
 /* The row whose path is `path` (len bytes, not NUL-terminated), or NULL. */
 const ga_method *ga_method_by_path(const char *path, size_t len);
 

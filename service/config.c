@@ -96,6 +96,14 @@ static const row rows[GA_CFG_KEYS] = {
                                             finished_retention_s, "3600", 0, 31536000,
                                             "a job whose ranks all left as finished is removed this long after; "
                                             "0 = at once"),
+    [GA_CFG_UNUSED_JOB_EXPIRY_S] = ROW_U32("unused-job-expiry-s", "GRADAGG_UNUSED_JOB_EXPIRY_S", unused_job_expiry_s,
+                                           "60", 1, 31536000,
+                                           "a job that never got a push and has no live rank is removed this long "
+                                           "after its last rank went"),
+    [GA_CFG_MAX_UNUSED_JOBS_PER_CLIENT] = ROW_U32("max-unused-jobs-per-client", "GRADAGG_MAX_UNUSED_JOBS_PER_CLIENT",
+                                                  max_unused_jobs_per_client, "16", 1, 1000000,
+                                                  "jobs that never got a push one client host (its address without "
+                                                  "the port) may have created; its Join creating one more is refused"),
     [GA_CFG_FINISHED_JOBS] = ROW_ENUM("finished-jobs", "GRADAGG_FINISHED_JOBS", finished_jobs, "delete",
                                       finished_choices,
                                       "a removed finished job's directory: delete, or keep (moved aside as "

@@ -39,6 +39,8 @@ typedef enum ga_config_key {
     GA_CFG_RANK_LOST_MS,
     GA_CFG_FINISHED_RETENTION_S,
     GA_CFG_FINISHED_JOBS,
+    GA_CFG_UNUSED_JOB_EXPIRY_S,
+    GA_CFG_MAX_UNUSED_JOBS_PER_CLIENT,
     GA_CFG_DATA_DIR,
     GA_CFG_DRAIN_DELAY_MS,
     GA_CFG_SHUTDOWN_GRACE_MS,
@@ -82,6 +84,8 @@ typedef struct ga_config {
     uint32_t member_lease_ms;          /* a silent member is dropped after this */
     uint32_t rank_lost_ms;             /* a silent member is lost after this: its job fails */
     uint32_t finished_retention_s;     /* a finished job is removed this long after it finished */
+    uint32_t unused_job_expiry_s;      /* a job never pushed to, with no live rank, is removed this long after */
+    uint32_t max_unused_jobs_per_client; /* jobs never pushed to that one client host may have created */
     ga_finished_jobs finished_jobs;    /* what becomes of a finished job's directory */
     char data_dir[GA_CONFIG_PATH_MAX]; /* checkpoints; created if missing */
     uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */

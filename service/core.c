@@ -241,7 +241,7 @@ static void tensor_infos(const ga_job *job, Gradagg__V1__TensorInfo *infos, Grad
     *count = k;
 }
 
-static ga_status create_job(ga_core *c, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
+static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
 {
     ga_job_settings set;
     GA_CHECK(ga_job_settings_from(req->config, &c->opt, &set, why, GA_WHY_CAP));
@@ -249,7 +249,21 @@ static ga_status create_job(ga_core *c, Gradagg__V1__JoinRequest *req, ga_job **
         snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
         return GA_E_RANK;
     }
-    return ga_core_job_create(c, req->job, req->config, out, why);
+    char host[sizeof((ga_job *)0)->creator];
+    ga_call_peer_host(call, host, sizeof host);
+    uint32_t unused = 0;
+    for (size_t i = 0; i < c->njobs; i++)
+        if (!c->jobs[i]->any_commit && strcmp(c->jobs[i]->creator, host) == 0) unused++;
+    if (unused >= c->opt.max_unused_jobs_per_client) {
+        snprintf(why, GA_WHY_CAP,
+                 "client %s created %u jobs that never got a push, the most --max-unused-jobs-per-client allows; job "
+                 "'%s' not created (an unused job goes %u s after its last rank)",
+                 host, unused, req->job, c->opt.unused_job_expiry_s);
+        return GA_E_LIMIT;
+    }
+    GA_CHECK(ga_core_job_create(c, req->job, req->config, out, why));
+    snprintf((*out)->creator, sizeof (*out)->creator, "%s", host);
+    return GA_OK;
 }
 
 void ga_core_job_drop(ga_core *c, ga_job *job)
@@ -407,7 +421,7 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
         job = NULL;
     }
     if (!job) {
-        GA_CHECK_GOTO(create_job(c, req, &job, why), st, done);
+        GA_CHECK_GOTO(create_job(c, call, req, &job, why), st, done);
     } else {
         char path[200];
         if (ga_job_config_diff(job->config, req->config, path, sizeof path)) {

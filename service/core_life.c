@@ -1,5 +1,6 @@
 /* A job's life after training (docs/protocol.md, "A job's life"): a job is finished when every
  * rank joined and left as finished (not failed); it is removed --finished-job-retention-s later,
+ * one that never got a push is removed --unused-job-expiry-s after its last live rank went,
  * at once when a rank joins it again without resume (a rerun starts a fresh job), or by an
  * authorized DeleteJob once none of its ranks is live. Removing a job frees its store and metric
  * series and deletes its directory (journal, checkpoints), or moves the directory aside with
@@ -53,6 +54,28 @@ ga_status ga_core_job_remove(ga_core *c, ga_job *job, bool keep, const char *bec
     return st;
 }
 
+/* Whether some rank of the job is live: joined, not left, not lost. */
+static bool has_live_rank(const ga_job *job)
+{
+    for (uint32_t r = 0; r < job->world; r++) {
+        const ga_member *m = &job->members[r];
+        if (m->incarnation != 0 && !m->left && m->lost != m->incarnation) return true;
+    }
+    return false;
+}
+
+/* A job nobody ever pushed to, with no live rank, for --unused-job-expiry-s: a launch that
+ * never started, or Joins that only took a slot. */
+static bool unused_expired(ga_job *job, uint64_t now)
+{
+    if (job->any_commit || job->finished_ms || has_live_rank(job)) {
+        job->unused_since_ms = 0;
+        return false;
+    }
+    if (!job->unused_since_ms) job->unused_since_ms = now ? now : 1;
+    return now - job->unused_since_ms >= (uint64_t)job->core->opt.unused_job_expiry_s * 1000u;
+}
+
 void ga_core_jobs_expire(ga_core *c)
 {
     uint64_t now = uv_now(c->loop), keep_ms = (uint64_t)c->opt.finished_retention_s * 1000u;
@@ -63,6 +86,10 @@ void ga_core_jobs_expire(ga_core *c)
             ga_core_job_remove(c, job, c->opt.keep_finished, "finished, past --finished-job-retention-s", why) !=
                 GA_E_UNAVAILABLE)
             continue; /* removed: the next job is at i now */
+        if (unused_expired(job, now) &&
+            ga_core_job_remove(c, job, false, "never pushed to, and no live rank for --unused-job-expiry-s", why) !=
+                GA_E_UNAVAILABLE)
+            continue;
         i++;
     }
 }

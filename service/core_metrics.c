@@ -31,6 +31,16 @@ static const struct job_family {
      offsetof(ga_job, ckpt_failures)},
 };
 
+/* Per-job series are written for the first (oldest) GA_METRICS_MAX_JOBS jobs only: a scrape
+ * stays small and fast however many jobs a server holds (gradagg_jobs counts them all, and
+ * gradagg_metrics_jobs_omitted says how many have no series). */
+#define GA_METRICS_MAX_JOBS 256u
+
+static size_t series_jobs(const ga_core *c)
+{
+    return c->njobs < GA_METRICS_MAX_JOBS ? c->njobs : GA_METRICS_MAX_JOBS;
+}
+
 static uint64_t field_u64(const ga_job *job, size_t off)
 {
     return *(const uint64_t *)(const void *)((const char *)job + off);
@@ -53,7 +63,7 @@ static void write_workers(const ga_core *c, ga_metrics_text *t)
     ga_metrics_family(t, "gradagg_workers", "gauge",
                       "Ranks by state: active, idle (lease lapsed), left, absent (never joined).");
     uint64_t now = uv_now(c->loop);
-    for (size_t i = 0; i < c->njobs; i++) {
+    for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         uint64_t n[W_STATES] = {0};
         for (uint32_t r = 0; r < job->world; r++) n[member_state(c, &job->members[r], now)]++;
@@ -68,7 +78,7 @@ static void write_workers(const ga_core *c, ga_metrics_text *t)
 static void write_received(const ga_core *c, ga_metrics_text *t, const char *name, const char *help, bool fp32)
 {
     ga_metrics_family(t, name, "counter", help);
-    for (size_t i = 0; i < c->njobs; i++) {
+    for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         for (int k = 0; k < GA_CODEC_COUNT; k++) {
             if (!job->received_fp32[k]) continue;
@@ -84,7 +94,7 @@ static void write_checkpoint_gauges(const ga_core *c, ga_metrics_text *t)
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
     ga_metrics_family(t, "gradagg_checkpoint_age_seconds", "gauge", "Seconds since the newest checkpoint was written.");
-    for (size_t i = 0; i < c->njobs; i++) {
+    for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         if (!job->ckpt_unix_ms) continue;
         ga_label l = {"job", job->name};
@@ -93,7 +103,7 @@ static void write_checkpoint_gauges(const ga_core *c, ga_metrics_text *t)
     }
     ga_metrics_family(t, "gradagg_checkpoint_duration_seconds", "gauge",
                       "How long the newest checkpoint took to write.");
-    for (size_t i = 0; i < c->njobs; i++) {
+    for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         if (!job->ckpt_unix_ms) continue;
         ga_label l = {"job", job->name};
@@ -105,17 +115,20 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
 {
     ga_metrics_family(t, "gradagg_jobs", "gauge", "Jobs on this server.");
     ga_metrics_u64(t, "gradagg_jobs", NULL, 0, c->njobs);
+    ga_metrics_family(t, "gradagg_metrics_jobs_omitted", "gauge",
+                      "Jobs past the first 256 (the oldest), whose per-job series this scrape leaves out.");
+    ga_metrics_u64(t, "gradagg_metrics_jobs_omitted", NULL, 0, c->njobs - series_jobs(c));
     for (size_t f = 0; f < sizeof job_families / sizeof job_families[0]; f++) {
         const struct job_family *jf = &job_families[f];
         ga_metrics_family(t, jf->name, jf->type, jf->help);
-        for (size_t i = 0; i < c->njobs; i++) {
+        for (size_t i = 0; i < series_jobs(c); i++) {
             ga_label l = {"job", c->jobs[i]->name};
             ga_metrics_u64(t, jf->name, &l, 1, field_u64(c->jobs[i], jf->field));
         }
     }
     ga_metrics_family(t, "gradagg_step_duration_seconds", "histogram",
                       "A sync step's first commit to the publication of its version.");
-    for (size_t i = 0; i < c->njobs; i++) {
+    for (size_t i = 0; i < series_jobs(c); i++) {
         if (c->jobs[i]->async) continue;
         ga_label l = {"job", c->jobs[i]->name};
         ga_metrics_histogram(t, "gradagg_step_duration_seconds", &l, 1, &c->jobs[i]->step_seconds);

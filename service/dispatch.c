@@ -121,20 +121,11 @@ static void run_stream_check(void *arg)
 
 /* ---- on completion-queue threads ---- */
 
-/* "ipv4:10.0.0.7:5123" -> "ipv4:10.0.0.7", "ipv6:[::1]:80" -> "ipv6:[::1]". */
-static void client_host(const ga_call *call, char *host, size_t cap)
-{
-    const char *peer = ga_call_peer(call);
-    const char *colon = strrchr(peer, ':');
-    size_t n = colon && colon != strchr(peer, ':') ? (size_t)(colon - peer) : strlen(peer);
-    snprintf(host, cap, "%.*s", (int)n, peer);
-}
-
 /* One more stream open from the call's host, unless it has max_streams_per_client open. */
 static ga_status client_open(ga_dispatch *d, const ga_call *call, char *why, size_t cap)
 {
     char host[sizeof d->clients->host];
-    client_host(call, host, sizeof host);
+    ga_call_peer_host(call, host, sizeof host);
     ga_status st = GA_OK;
     pthread_mutex_lock(&d->clients_mu);
     client_streams *e = NULL;
@@ -173,7 +164,7 @@ static ga_status client_open(ga_dispatch *d, const ga_call *call, char *why, siz
 static void client_close(ga_dispatch *d, const ga_call *call)
 {
     char host[sizeof d->clients->host];
-    client_host(call, host, sizeof host);
+    ga_call_peer_host(call, host, sizeof host);
     pthread_mutex_lock(&d->clients_mu);
     for (size_t i = 0; i < d->nclients; i++) {
         if (strcmp(d->clients[i].host, host) != 0) continue;

@@ -109,6 +109,8 @@ typedef struct ga_job {
     char rank_failure[320];
     uint64_t ranks_failed, ranks_lost; /* failed Leaves and lapsed leases, for the metrics */
     uint64_t finished_ms; /* uv_now when every rank had left as finished (core_life.c); 0: not finished */
+    char creator[64];     /* the client host whose Join created the job ("" when restored) */
+    uint64_t unused_since_ms; /* uv_now since which it has had no push ever and no live rank; 0: not so */
 
     uint64_t late_pushes, deadline_closes, duplicate_pushes, steps;
     double accumulate_seconds, apply_seconds;

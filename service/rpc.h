@@ -123,6 +123,9 @@ bool ga_call_sending(ga_call *call);
 void ga_call_cancel(ga_call *call, ga_status st, const char *msg);
 /* The peer address ("ipv4:127.0.0.1:5432"), for logs; valid until the call is finished. */
 const char *ga_call_peer(const ga_call *call);
+/* The peer's host: its address without the port ("ipv4:127.0.0.1", "ipv6:[::1]"), what limits
+ * per client count; into host[0..cap). Returns host. */
+const char *ga_call_peer_host(const ga_call *call, char *host, size_t cap);
 /* The request's metadata entries named `key` (lower case): returns how many there are, and
  * the first one's value in *value (not NUL-terminated) and *len (NULL and 0 when none). Valid
  * until the call is finished. The call's completion-queue thread, or its handler. */

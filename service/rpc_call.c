@@ -522,6 +522,11 @@ const char *ga_call_peer(const ga_call *c)
     return c && c->peer ? c->peer : "";
 }
 
+const char *ga_call_peer_host(const ga_call *c, char *host, size_t cap)
+{
+    return ga_peer_host(ga_call_peer(c), host, cap);
+}
+
 size_t ga_call_metadata(const ga_call *c, const char *key, const char **value, size_t *len)
 {
     *value = NULL;

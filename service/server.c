@@ -303,6 +303,8 @@ static void setup(void *arg)
     co.rank_lost_ms = c->rank_lost_ms;
     co.finished_retention_s = c->finished_retention_s;
     co.keep_finished = c->finished_jobs == GA_FINISHED_KEEP;
+    co.unused_job_expiry_s = c->unused_job_expiry_s;
+    co.max_unused_jobs_per_client = c->max_unused_jobs_per_client;
     co.max_elements = c->max_elements;
     co.data_dir = c->data_dir;
     co.checkpoint_steps = c->checkpoint_steps;

@@ -132,6 +132,11 @@ void ga_call_cancel(ga_call *call, ga_status st, const char *msg)
 void ga_call_hold(ga_call *call) { (void)call; }
 void ga_call_release(ga_call *call) { (void)call; }
 
+const char *ga_call_peer_host(const ga_call *call, char *host, size_t cap)
+{
+    return ga_peer_host(ga_call_peer(call), host, cap);
+}
+
 const char *ga_call_peer(const ga_call *call)
 {
     (void)call;

@@ -285,6 +285,8 @@ static void test_help_lists_every_row(void **state)
         {"--member-lease-ms", "GRADAGG_MEMBER_LEASE_MS", NULL},
         {"--rank-lost-ms", "GRADAGG_RANK_LOST_MS", NULL},
         {"--finished-job-retention-s", "GRADAGG_FINISHED_JOB_RETENTION_S", NULL},
+        {"--unused-job-expiry-s", "GRADAGG_UNUSED_JOB_EXPIRY_S", NULL},
+        {"--max-unused-jobs-per-client", "GRADAGG_MAX_UNUSED_JOBS_PER_CLIENT", NULL},
         {"--finished-jobs", "GRADAGG_FINISHED_JOBS", NULL},
         {"--data-dir", "GRADAGG_DATA_DIR", "./gradagg-data"},
         {"--drain-delay-ms", "GRADAGG_DRAIN_DELAY_MS", NULL},

@@ -280,3 +280,55 @@ def test_pulls_that_never_read_cannot_pin_versions_past_the_budget(tmp_path: Pat
         assert np.array_equal(p, np.full(n, -10.0, np.float32))
     finally:
         s.stop()
+
+
+def test_joins_cannot_take_job_slots_for_good(tmp_path: Path) -> None:
+    # Joins to distinct job names from one client, never pushing and never heartbeating: at most
+    # --max-unused-jobs-per-client of them are created (the next Join is refused naming the
+    # flag), and they go --unused-job-expiry-s after their ranks are lost; then new jobs are
+    # created again and a legitimate job trains.
+    s = Server(_lib.server_binary(), tmp_path, "--max-jobs", "8", "--max-unused-jobs-per-client", "4",
+               "--unused-job-expiry-s", "1", "--rank-lost-ms", "400")
+    try:
+        ch = channel(s.addr)
+        for i in range(4):
+            unary(ch, "Join", join_request(f"squat-{i}", 0, 7, 1))
+        with pytest.raises(grpc.RpcError) as refused:
+            unary(ch, "Join", join_request("squat-4", 0, 7, 1))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "created 4 jobs that never got a push" in refused.value.details()
+        assert "--max-unused-jobs-per-client" in refused.value.details()
+        deadline = time.monotonic() + 20
+        while "squat-3" not in s.log.read_text(errors="replace") or "never pushed to" not in \
+                s.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the unused jobs never went"
+            time.sleep(0.2)
+        time.sleep(0.5)
+        log = s.log.read_text(errors="replace")
+        assert all(f"job 'squat-{i}' removed at version 0 (never pushed to" in log for i in range(4)), log[-3000:]
+        unary(ch, "Join", join_request("squat-4", 0, 7, 1))  # a slot again
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
+def test_a_scrape_stays_small_however_many_jobs(tmp_path: Path) -> None:
+    # 300 jobs: /metrics answers at once, with per-job series for the oldest 256 only.
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--max-jobs", "400", "--max-unused-jobs-per-client", "400",
+               "--admin-listen", admin)
+    try:
+        ch = channel(s.addr)
+        for i in range(300):
+            unary(ch, "Join", join_request(f"many-{i:03d}", 0, 7, 1))
+        t0 = time.monotonic()
+        text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        took = time.monotonic() - t0
+        lines = text.splitlines()
+        assert "gradagg_jobs 300" in lines and "gradagg_metrics_jobs_omitted 44" in lines
+        versions = [l for l in lines if l.startswith("gradagg_version{")]
+        assert len(versions) == 256 and 'job="many-000"' in versions[0], versions[:2]
+        assert not any('job="many-299"' in l for l in lines)
+        assert len(text) < 4 << 20 and took < 5, (len(text), took)
+    finally:
+        s.stop()
