@@ -380,6 +380,10 @@ def _resumable_run(server, job: str, steps: int, stop_at: Optional[int], resume:
     # resume: the server's job goes on when the ranks come back (between, all of them had left).
     kw: Dict[str, Any] = dict(lr=0.05, momentum=0.9, codec="2bit", pull_codec="2bit", bucket_cap_mb=1e-6,
                               resume=True, **FAST)
+    # The script stops as a whole: both ranks have left before either comes back (a rank back
+    # early would push while the other's old incarnation still held its rank, and its Leave would
+    # then close that step without it).
+    stopped = threading.Barrier(2)
 
     def worker(r: int) -> List[torch.Tensor]:
         x, y = rank_data(r)
@@ -401,6 +405,8 @@ def _resumable_run(server, job: str, steps: int, stop_at: Optional[int], resume:
                     sched.step()
                 done = end
                 saved = dict(opt=opt.state_dict(), sched=sched.state_dict())
+            if done < steps:
+                stopped.wait(60)
         return [p.detach().clone() for p in model.parameters()]
 
     return run_ranks(worker, 2, timeout=120)
