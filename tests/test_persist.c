@@ -107,18 +107,26 @@ static void flip_byte(const char *path, off_t at)
     close(fd);
 }
 
+/* A journal opened in dir (PUSH sync) with `count` commits of 300 elements, step s holding
+ * 10 s and seq s + 1. */
+static void journal_of_commits(ga_journal *j, const char *dir, uint64_t count)
+{
+    char why[256];
+    assert_int_equal(ga_journal_open(j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
+    for (uint64_t s = 0; s < count; s++) {
+        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
+        assert_int_equal(ga_journal_commit(j, s + 1, p, why, sizeof why), GA_OK);
+        ga_push_free(p);
+    }
+}
+
 static void test_journal_replay_stops_at_damage(void **state)
 {
     (void)state;
     char dir[128], why[256];
     ga_test_fresh_dir(dir, sizeof dir, base);
     ga_journal j;
-    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
-    for (uint64_t s = 0; s < 4; s++) {
-        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
-        assert_int_equal(ga_journal_commit(&j, s + 1, p, why, sizeof why), GA_OK);
-        ga_push_free(p);
-    }
+    journal_of_commits(&j, dir, 4);
     char path[256];
     snprintf(path, sizeof path, "%s", j.file.path);
     seen s = {0};
@@ -198,12 +206,7 @@ static void torn_then(const char *dir, uint64_t next_first)
 {
     char why[256];
     ga_journal j;
-    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
-    for (uint64_t s = 0; s < 3; s++) {
-        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
-        assert_int_equal(ga_journal_commit(&j, s + 1, p, why, sizeof why), GA_OK);
-        ga_push_free(p);
-    }
+    journal_of_commits(&j, dir, 3);
     char path[256];
     snprintf(path, sizeof path, "%s", j.file.path);
     ga_journal_close(&j);
