@@ -28,6 +28,7 @@ struct ga_core {
     uint64_t damaged_journals;    /* jobs refused at restore for a damaged journal */
     _Atomic uint64_t pinned;      /* superseded blobs still held by pulls sending them (blob.h) */
     uint64_t pulls_reclaimed;     /* such pulls ended to take their memory back */
+    uint64_t overflows;           /* jobs failed because a step overflowed (NaN or Inf) */
     void (*drain_done)(void *arg);
     void *drain_arg;
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */

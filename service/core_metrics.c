@@ -156,6 +156,9 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
     ga_metrics_family(t, "gradagg_checkpoints_corrupt_total", "counter",
                       "Checkpoints skipped at start-up because they did not verify (an older one was used).");
     ga_metrics_u64(t, "gradagg_checkpoints_corrupt_total", NULL, 0, c->corrupt_checkpoints);
+    ga_metrics_family(t, "gradagg_overflows_total", "counter",
+                      "Steps not published because they left NaN or Inf in the parameters (their job failed).");
+    ga_metrics_u64(t, "gradagg_overflows_total", NULL, 0, c->overflows);
     ga_metrics_family(t, "gradagg_journals_damaged", "gauge",
                       "Jobs refused at start-up because their journal is damaged where the restore needed it "
                       "(docs/reliability.md).");

@@ -417,7 +417,10 @@ static ga_status replay_record(void *arg, const ga_journal_record *rec, char *wh
         ga_job *job = r->job;
         if (!job->async && job->step.step + 1 == rec->seq && job->step.committed > 0) ga_core_step_close(job, false);
     }
-    if (r->job->fault != GA_OK) return ga_status_fail(r->job->fault, why, cap, "%s", r->job->fault_why);
+    /* A step that overflowed is where the job stopped, as it did before the restart (core_push.c
+     * overflowed): it is restored so, failed. Any other failure is the restore's own. */
+    if (r->job->fault != GA_OK && r->job->fault != GA_E_NONFINITE)
+        return ga_status_fail(r->job->fault, why, cap, "%s", r->job->fault_why);
     return GA_OK;
 }
 

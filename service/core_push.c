@@ -95,6 +95,24 @@ static void apply_work(ga_task *t)
     a->seconds = (double)(uv_hrtime() - t0) * 1e-9;
 }
 
+/* The step that would publish `version` left a tensor with NaN or Inf (store.h): nothing was
+ * published, so every worker holds version - 1, the last finite one; the job fails with the
+ * reason, is never checkpointed, and a restart replays to the same refusal. */
+static void overflowed(ga_job *job, uint64_t version)
+{
+    uint32_t t = ga_store_overflowed(job->store);
+    const char *name = t < job->ntensors ? job->tensors[t].name : "?";
+    job->core->overflows++;
+    ga_log(GA_LOG_ERROR, "job '%s': step %" PRIu64 " overflowed: tensor '%s' would hold NaN or Inf; version %" PRIu64
+           " stays the last, and the job is refused",
+           job->name, version - 1, name, version - 1);
+    ga_core_job_fault(job, GA_E_NONFINITE,
+                      "step %" PRIu64 " overflowed: tensor '%.40s' would hold NaN or Inf, so version %" PRIu64
+                      " is not published; the workers hold version %" PRIu64
+                      ", the last finite one (docs/reliability.md, \"Overflow\")",
+                      version - 1, name, version, version - 1);
+}
+
 static void apply_done(ga_task *t)
 {
     apply_task *a = (apply_task *)t;
@@ -120,6 +138,8 @@ static void apply_done(ga_task *t)
     } else {
         if (a->rc == GA_OK)
             for (size_t i = 0; i < a->ntensors; i++) ga_published_clear(&a->out[i]);
+        else if (a->rc == GA_E_NONFINITE)
+            overflowed(job, a->version);
         else
             ga_core_job_fault(job, a->rc, "applying version %" PRIu64 ": %s", a->version, ga_strerror(a->rc));
     }

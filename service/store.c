@@ -176,6 +176,7 @@ ga_status ga_store_create(const ga_store_config *cfg, ga_store **out)
     ga_store *s = ga_calloc(1, sizeof *s);
     if (!s) return GA_E_NOMEM;
     s->cfg = *cfg;
+    s->overflowed = UINT32_MAX;
     s->bytes = sizeof *s;
     s->ex = (ga_exec){cfg->backend, cfg->threads, GA_SIMD_AUTO, NULL};
     s->compute = cfg->backend == GA_BACKEND_CUDA ? GA_STORE_MEM_DEVICE : GA_STORE_MEM_HOST;

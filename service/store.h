@@ -97,6 +97,12 @@ ga_status ga_store_accumulate_lent(ga_store *s, uint32_t t, size_t offset, size_
  * exactly the decoded delta (server-side error feedback: what was not sent stays in
  * params - published). On error nothing is published. */
 ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out);
+/* Both applies end with every tensor's parameters checked for NaN and Inf (an overflowing sum
+ * of finite pushes, or an optimizer step that overflows): when one holds any, they return
+ * GA_E_NONFINITE and publish nothing, although the step was applied (the store then holds the
+ * overflowed values and is not to be stepped again; ga_store_overflowed names the tensor). A
+ * caller fails the job, whose workers hold the last finite version. */
+uint32_t ga_store_overflowed(const ga_store *s); /* the first such tensor's index; UINT32_MAX: none */
 /* ga_store_apply that rewrites a tensor's latest full blob in place and publishes that same blob
  * when no one but the store and the caller holds it: on the CPU no second fp32 copy of the
  * tensor exists during the step; on CUDA the device-to-host copy of the new values lands in host

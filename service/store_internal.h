@@ -63,6 +63,7 @@ struct ga_store {
     ga_store_tensor *tensors;
     uint32_t count, cap;
     uint64_t version; /* publications since version 0, i.e. applies */
+    uint32_t overflowed; /* the first tensor an apply left with NaN or Inf (UINT32_MAX: none) */
     uint64_t bytes;   /* everything held, host and device (ga_store_bytes) */
 
     /* CUDA: a block of device zeros that clears sums and residuals by copies (no memset kernel),

@@ -525,9 +525,8 @@ static void remirror(ga_store_tensor *t, ga_published *pub)
  * once to float, the same on both backends and the value a client can reproduce. The sum is
  * then multiplied by it (ga_reduce_scale), not divided, so the mean of 3 contributions is
  * sum * 0x1.555556p-2f. One contributor skips the scale (x * 1 = x). Parameters that become
- * Inf or NaN (a diverging run, a huge learning rate) are a legitimate float outcome: they are
- * published as they are (fp32; a delta cannot carry them, see delta_unsendable) and not
- * refused. Every allocation (blobs, scratch) comes before the first value changes; after it
+ * Inf or NaN (an overflowing sum, a diverging run, a huge learning rate) are found by a scan at
+ * the end and nothing is published (store.h). Every allocation (blobs, scratch) comes before the first value changes; after it
  * only a kernel can fail, and only on a device error (every argument was checked): that leaves
  * the step partly applied and publishes nothing. On the CPU nothing fails after it, which is
  * what lets a blob be rewritten in place (on CUDA, store.h ga_store_apply_in_place). */
@@ -556,6 +555,10 @@ static ga_status apply(ga_store *s, uint32_t contributors, ga_published *out, bo
     }
     ga_status synced = ga_exec_sync(&s->ex); /* the blobs are read by other threads once returned */
     if (rc == GA_OK) rc = synced;
+    for (uint32_t i = 0; i < s->count && rc == GA_OK; i++) {
+        rc = ga_check_finite(&s->ex, s->tensors[i].params, s->tensors[i].n);
+        if (rc == GA_E_NONFINITE) s->overflowed = i;
+    }
     if (rc == GA_OK && s->count) memcpy(out, pubs, s->count * sizeof *pubs);
 
 done:
@@ -564,6 +567,11 @@ done:
         for (uint32_t i = 0; i < s->count; i++) ga_published_clear(&pubs[i]);
     ga_free(pubs);
     return rc;
+}
+
+uint32_t ga_store_overflowed(const ga_store *s)
+{
+    return s ? s->overflowed : UINT32_MAX;
 }
 
 ga_status ga_store_apply(ga_store *s, uint32_t contributors, ga_published *out)

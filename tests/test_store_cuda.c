@@ -284,7 +284,8 @@ static void bad_chunks_match_cpu(void **state)
     pair_destroy(&p);
 }
 
-/* Overflowing parameters: the same Inf values and the same fallback to fp32 on both. */
+/* Overflowing parameters: a finite step published alike, then the overflowing one refused alike
+ * (GA_E_NONFINITE, the same tensor named, nothing published), copied and in place. */
 static void nonfinite_matches_cpu(void **state)
 {
     (void)state;
@@ -292,18 +293,28 @@ static void nonfinite_matches_cpu(void **state)
     ga_store_config cfg = {.backend = GA_BACKEND_CPU, .optim = GA_OPTIM_NONE, .piece_elems = 1024,
                            .pull_codec = GA_CODEC_2BIT};
     cfg.pull_params = ga_codec_params_default(GA_CODEC_2BIT);
-    pair p;
-    pair_create(&p, &cfg);
-    float init[N], g[N];
-    for (size_t i = 0; i < N; i++) init[i] = 3e38f, g[i] = i >= 1024 ? 3e38f : 0.75f;
-    add_tensor_both(&p, N, init);
-    const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
-    for (int step = 1; step <= 3; step++) {
-        assert_int_equal(ga_store_accumulate(p.cpu, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
-        assert_int_equal(ga_store_accumulate(p.gpu, 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
-        apply_both(&p, 1, 1, "non-finite", step);
+    for (int in_place = 0; in_place < 2; in_place++) {
+        pair p;
+        pair_create(&p, &cfg);
+        float init[N], g[N];
+        for (size_t i = 0; i < N; i++) init[i] = 3e37f, g[i] = i >= 1024 ? 1e38f : 0.75f;
+        add_tensor_both(&p, N, init);
+        const ga_codec_params none = ga_codec_params_default(GA_CODEC_NONE);
+        ga_store *both[2] = {p.cpu, p.gpu};
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(ga_store_accumulate(both[k], 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+        apply_both(&p, 1, 1, "finite", 1); /* 3e37 + 1e38: finite */
+        for (int k = 0; k < 2; k++) {
+            for (int rank = 0; rank < 3; rank++)
+                assert_int_equal(ga_store_accumulate(both[k], 0, 0, N, GA_CODEC_NONE, &none, g, sizeof g), GA_OK);
+            ga_published out[1] = {{0}};
+            ga_status st = in_place ? ga_store_apply_in_place(both[k], 1, out) : ga_store_apply(both[k], 1, out);
+            assert_int_equal(st, GA_E_NONFINITE); /* 1.3e38 + 3e38 */
+            assert_int_equal(ga_store_overflowed(both[k]), 0);
+            assert_null(out[0].full);
+        }
+        pair_destroy(&p);
     }
-    pair_destroy(&p);
 }
 
 int main(void)

@@ -7,20 +7,21 @@ the admin port answers its probes under a slow-loris. Each test reproduces an at
 on the same server."""
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import grpc
 import numpy as np
 import pytest
 
 import gradagg
-from gradagg import _lib
-from _util import FAST
+from gradagg import _lib, errors
+from _util import FAST, run_ranks
 from _wire import (SERVICE, HeldStream, RssPeak, channel, init_chunk, join_request, pull_request, push_chunk, rss_mib,
                    unary)
 from conftest import Server
@@ -330,5 +331,42 @@ def test_a_scrape_stays_small_however_many_jobs(tmp_path: Path) -> None:
         assert len(versions) == 256 and 'job="many-000"' in versions[0], versions[:2]
         assert not any('job="many-299"' in l for l in lines)
         assert len(text) < 4 << 20 and took < 5, (len(text), took)
+    finally:
+        s.stop()
+
+
+def test_a_step_that_overflows_is_not_published(tmp_path: Path) -> None:
+    # Two ranks push finite gradients of 3e38: their sum is +Inf. The step is not published:
+    # every rank is told (NonFiniteError naming the tensor and the versions), keeps the last
+    # finite version, the log says so at ERROR and gradagg_overflows_total counts it; a restart
+    # replays to the same refusal instead of serving Inf.
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", admin)
+    try:
+        def worker(r: int) -> Any:
+            p = np.zeros(1024, np.float32)
+            with gradagg.Client(s.addr, "overflow", r, 2, optimizer=gradagg.SGD(lr=1.0), **FAST) as c:
+                c.add_tensor("w", p)
+                c.init()
+                c.step([np.full(1024, -1.0, np.float32)])  # version 1: w = 1
+                with pytest.raises(errors.GradaggError) as e:
+                    c.step([np.full(1024, -3e38, np.float32)])
+                return e.value, p.copy()
+
+        results = run_ranks(worker, 2, timeout=60)
+        for err, p in results:
+            assert err.name == "E_NONFINITE", err
+            assert "tensor 'w' would hold NaN or Inf, so version 2 is not published" in str(err), str(err)
+            assert np.array_equal(p, np.ones(1024, np.float32))  # the last finite version
+        assert "step 1 overflowed" in s.log.read_text(errors="replace")
+        text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        assert "gradagg_overflows_total 1" in text.splitlines()
+        s.stop(signal.SIGKILL)
+        s = s.restart()
+        with pytest.raises(errors.GradaggError, match="version 2 is not published"):
+            with gradagg.Client(s.addr, "overflow", 0, 2, optimizer=gradagg.SGD(lr=1.0), resume=True, **FAST) as c:
+                c.add_tensor("w", np.zeros(1024, np.float32))
+                c.init()
+                c.step([np.zeros(1024, np.float32)])
     finally:
         s.stop()
