@@ -240,8 +240,9 @@ ga_status ga_client_init(ga_client *c);
  * reported as GA_OK with stats.late_pushes incremented; the pull still brings the new version.
  * The first error from the server or the transport is returned, with ga_client_error.
  *
- * Retries: UNAVAILABLE, E_DRAINING and CANCELLED (a stopping server cancels its open calls) are
- * retried with backoff; a retried push resends the
+ * Retries: UNAVAILABLE, E_DRAINING, CANCELLED (a stopping server cancels its open calls) and
+ * E_BUSY (the server's memory or this host's streams full for now) are retried with backoff; a
+ * retried push resends the
  * same bytes (the server counts it once), a retried pull asks for fp32 when a broken attempt
  * already wrote part of the buffers. Errors, by stage:
  *  - before encoding (bad arguments, a NaN/Inf gradient: GA_E_NONFINITE): nothing changed;
@@ -251,7 +252,9 @@ ga_status ga_client_init(ga_client *c);
  *  - a push whose fate is unknown (GA_E_UNAVAILABLE after the retries, GA_E_DEADLINE,
  *    GA_E_CANCELLED, GA_E_TRANSPORT): it may have been counted, so it is not folded back;
  *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
- *    may have been written: they hold a mix) and the next ga_client_step pulls first.
+ *    may have been written: they hold a mix) and the next ga_client_step pulls first;
+ *  - GA_E_NONFINITE from the server: the step's sum or optimizer overflowed and the job failed;
+ *    the buffers hold the last finite version (docs/reliability.md, "Overflow").
  * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
  * version the push acknowledgement names. With several shards these rules hold per shard for its
  * pieces; when a step reached some shards and not others, the next call pulls the first and
