@@ -54,21 +54,22 @@ ga_status ga_core_job_remove(ga_core *c, ga_job *job, bool keep, const char *bec
     return st;
 }
 
-/* Whether some rank of the job is live: joined, not left, not lost. */
-static bool has_live_rank(const ga_job *job)
+/* The first live rank of the job (joined, not left, not lost, not told of a failure), or -1. */
+static long live_rank(const ga_job *job)
 {
     for (uint32_t r = 0; r < job->world; r++) {
         const ga_member *m = &job->members[r];
-        if (m->incarnation != 0 && !m->left && m->lost != m->incarnation) return true;
+        bool told = job->failed_incarnations && job->failed_incarnations[r] == m->incarnation;
+        if (m->incarnation != 0 && !m->left && m->lost != m->incarnation && !told) return (long)r;
     }
-    return false;
+    return -1;
 }
 
 /* A job nobody ever pushed to, with no live rank, for --unused-job-expiry-s: a launch that
  * never started, or Joins that only took a slot. */
 static bool unused_expired(ga_job *job, uint64_t now)
 {
-    if (job->any_commit || job->finished_ms || has_live_rank(job)) {
+    if (job->any_commit || job->finished_ms || live_rank(job) >= 0) {
         job->unused_since_ms = 0;
         return false;
     }
@@ -102,15 +103,12 @@ void ga_core_delete_job(ga_core *c, ga_call *call, Gradagg__V1__DeleteJobRequest
     ga_status st = GA_OK;
     ga_job *job = ga_core_job_named(c, req->job, &st, why);
     if (!job) goto done;
-    for (uint32_t r = 0; r < job->world; r++) {
-        const ga_member *m = &job->members[r];
-        bool told = job->failed_incarnations && job->failed_incarnations[r] == m->incarnation;
-        if (m->incarnation != 0 && !m->left && m->lost != m->incarnation && !told) {
-            st = GA_E_RANK_HELD;
-            snprintf(why, sizeof why, "job '%.60s' has a live rank %u (incarnation %" PRIu64 "): it is deleted once its ranks left",
-                     job->name, r, m->incarnation);
-            goto done;
-        }
+    long r = live_rank(job);
+    if (r >= 0) {
+        st = GA_E_RANK_HELD;
+        snprintf(why, sizeof why, "job '%.60s' has a live rank %ld (incarnation %" PRIu64 "): it is deleted once its ranks left",
+                 job->name, r, job->members[r].incarnation);
+        goto done;
     }
     st = ga_core_job_remove(c, job, false, "DeleteJob", why);
 done:
