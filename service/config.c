@@ -131,6 +131,9 @@ static const row rows[GA_CFG_KEYS] = {
                                      journal_sync_choices,
                                      "when the push journal is fsynced: none, at every step's close, or before "
                                      "every push's ack"),
+    [GA_CFG_JOURNAL_COPIES] = ROW_U32("journal-copies", "GRADAGG_JOURNAL_COPIES", journal_copies, "1", 1, 2,
+                                      "files each journal segment is written to: 2 keeps a second copy, so a "
+                                      "damaged sector in one loses nothing"),
     [GA_CFG_DURABILITY] = ROW_ENUM("durability", "GRADAGG_DURABILITY", durability, "acked", durability_choices,
                                    "acked: every acknowledged push is journaled, nothing acknowledged is lost; "
                                    "checkpoint: only checkpoints hold steps, a killed server comes back at its "

@@ -50,6 +50,7 @@ typedef enum ga_config_key {
     GA_CFG_CHECKPOINT_SECONDS,
     GA_CFG_CHECKPOINT_KEEP,
     GA_CFG_JOURNAL_SYNC,
+    GA_CFG_JOURNAL_COPIES,
     GA_CFG_DURABILITY,
     GA_CFG_TLS_CERT,
     GA_CFG_TLS_KEY,
@@ -96,6 +97,7 @@ typedef struct ga_config {
     uint32_t checkpoint_seconds;        /* ... or when the last one is this old; 0 = not by time */
     uint32_t checkpoint_keep;           /* newest checkpoints kept per job */
     ga_journal_sync journal_sync;       /* when the push journal is flushed to the disk */
+    uint32_t journal_copies;            /* files each journal segment is written to (1 or 2) */
     ga_durability durability;           /* what the journal holds: every acknowledged push, or not */
     char tls_cert[GA_CONFIG_PATH_MAX];  /* server certificate chain, PEM; "" = plaintext */
     char tls_key[GA_CONFIG_PATH_MAX];   /* its private key, PEM */

@@ -26,6 +26,7 @@ struct ga_core {
     bool replaying;          /* ga_core_restore is replaying a journal: no member checks, no acks */
     uint64_t corrupt_checkpoints; /* skipped at restore */
     uint64_t damaged_journals;    /* jobs refused at restore for a damaged journal */
+    uint64_t journal_copy_reads;  /* records the restore read from a segment's copy (journal.h) */
     _Atomic uint64_t pinned;      /* superseded blobs still held by pulls sending them (blob.h) */
     uint64_t pulls_reclaimed;     /* such pulls ended to take their memory back */
     uint64_t overflows;           /* jobs failed because a step overflowed (NaN or Inf) */

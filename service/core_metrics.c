@@ -163,4 +163,8 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
                       "Jobs refused at start-up because their journal is damaged where the restore needed it "
                       "(docs/reliability.md).");
     ga_metrics_u64(t, "gradagg_journals_damaged", NULL, 0, c->damaged_journals);
+    ga_metrics_family(t, "gradagg_journal_records_from_copy", "gauge",
+                      "Journal records the start-up restore could not read in their segment and read from its "
+                      "second copy (--journal-copies 2): the disk damaged them (docs/reliability.md).");
+    ga_metrics_u64(t, "gradagg_journal_records_from_copy", NULL, 0, c->journal_copy_reads);
 }

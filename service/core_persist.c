@@ -78,7 +78,7 @@ ga_status ga_persist_job(ga_job *job, char *why)
         if (ga_persist_put_aside(dir, "unrestored", aside, sizeof aside, ignored) == GA_OK)
             ga_log(GA_LOG_WARN, "job '%s': moved the unrestorable %s aside to %s", job->name, dir, aside);
     }
-    ga_status st = ga_journal_open(&job->journal, dir, job->target + 1, c->opt.journal_sync, why, GA_WHY_CAP);
+    ga_status st = ga_journal_open(&job->journal, dir, job->target + 1, c->opt.journal_sync, c->opt.journal_copies, why, GA_WHY_CAP);
     if (st == GA_OK) st = ga_journal_job(&job->journal, job->target + 1, job->name, job->config, why, GA_WHY_CAP);
     if (st != GA_OK) {
         ga_free(dir);
@@ -268,7 +268,8 @@ void ga_persist_applied(ga_job *job, uint64_t version)
     uint64_t age = uv_now(job->core->loop) - job->ckpt_queued_ms;
     bool by_steps = o->checkpoint_steps && version % o->checkpoint_steps == 0;
     bool by_time = o->checkpoint_seconds && age >= (uint64_t)o->checkpoint_seconds * 1000u;
-    if (by_steps || by_time) queue_checkpoint(job, version);
+    if (by_steps || by_time || job->ckpt_soon) queue_checkpoint(job, version);
+    job->ckpt_soon = false;
 }
 
 void ga_persist_final(ga_job *job)
@@ -463,13 +464,22 @@ static void restore_dir(ga_core *c, const char *dir)
     ga_job *job = r.job;
     job->tasks.run_inline = false;
     if (st == GA_OK && !(job->dir = ga_strdup(dir))) st = ga_status_fail(GA_E_NOMEM, why, sizeof why, "out of memory");
-    if (st == GA_OK) st = ga_journal_open(&job->journal, dir, job->target + 1, c->opt.journal_sync, why, sizeof why);
+    if (st == GA_OK) st = ga_journal_open(&job->journal, dir, job->target + 1, c->opt.journal_sync, c->opt.journal_copies, why, sizeof why);
     if (st != GA_OK) {
         ga_log(GA_LOG_ERROR, "restore: job '%s' from %s is not restored: %s", job->name, dir, why);
         ga_core_job_drop(c, job);
         return;
     }
     job->ckpt_queued_ms = uv_now(c->loop);
+    if (end.from_copy) {
+        c->journal_copy_reads += end.from_copy;
+        job->ckpt_soon = true; /* then the restore no longer needs the damaged segment */
+        ga_log(GA_LOG_WARN,
+               "restore: job '%s': %" PRIu64 " journal record(s) could not be read in their segment and were read "
+               "from its copy: nothing is lost, but the disk damaged them; the next version is checkpointed, so "
+               "no restore needs that segment again",
+               job->name, end.from_copy);
+    }
     if (end.damaged_covered)
         ga_log(GA_LOG_WARN, "restore: job '%s': %" PRIu64 " journal segment(s) damaged where a checkpoint covers them",
                job->name, end.damaged_covered);

@@ -254,7 +254,7 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     ga_job *job = ga_calloc(1, sizeof *job);
     if (!job) return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating job '%s'", name);
     job->core = core;
-    job->journal.file.fd = -1;
+    job->journal = GA_JOURNAL_CLOSED;
     job->world = set->world;
     job->async = set->async;
     job->deadline_ms = set->deadline_ms;

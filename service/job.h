@@ -123,6 +123,7 @@ typedef struct ga_job {
     char *dir;
     ga_journal journal;
     uint64_t ckpt_queued_ms; /* uv_now when the last checkpoint was queued */
+    bool ckpt_soon;          /* checkpoint at the next version (its journal was read from a copy) */
     /* seq of a CLOSE record (a step closed short) that could not be written yet; 0 = none.
      * Until it is, the journal takes nothing else (core_persist.c). */
     uint64_t close_unjournaled;

@@ -10,7 +10,12 @@
  * every record with seq <= V. Every record of a segment has seq <= the next segment's first seq,
  * so a segment may go once the oldest kept checkpoint's version reaches the next one's. Segments
  * are written with direct I/O (dfile.h): one left by a killed server may end in fewer than 4096
- * zero bytes after its last record, which replay reads as its end. */
+ * zero bytes after its last record, which replay reads as its end.
+ *
+ * With two copies (--journal-copies 2) every segment has a twin, journal-<counter>-<first>.copy,
+ * written with the same bytes at the same offsets before the ack: a record the replay cannot
+ * read in the .log (a damaged sector, or one the disk cannot read) is read from the .copy at the
+ * same offset, and only a record that neither holds is a torn tail or damage. */
 #ifndef GA_JOURNAL_H
 #define GA_JOURNAL_H
 
@@ -42,46 +47,57 @@ typedef struct ga_journal_member {
     uint64_t incarnation;
 } ga_journal_member;
 
+#define GA_JOURNAL_COPIES_MAX 2u
+
 typedef struct ga_journal {
     char *dir;        /* the job's directory (owned) */
     ga_dfile file;    /* the open segment (direct I/O); file.fd -1 when none */
+    ga_dfile copy;    /* its twin (copies 2); copy.fd -1 otherwise */
     uint64_t counter; /* of the open segment */
     ga_journal_sync sync;
+    uint32_t copies;  /* 1 or 2 */
 } ga_journal;
 
+#define GA_JOURNAL_CLOSED ((ga_journal){.file.fd = -1, .copy.fd = -1})
+
 /* Opens a new segment in dir (created if missing) after any existing ones, starting at
- * first_seq. Errors GA_E_IO / GA_E_NOMEM with a message; *j is then closed (fd -1). */
-ga_status ga_journal_open(ga_journal *j, const char *dir, uint64_t first_seq, ga_journal_sync sync, char *why,
-                          size_t cap);
+ * first_seq, written in `copies` files (1 or 2). Errors GA_E_IO / GA_E_NOMEM with a message;
+ * *j is then closed (fd -1). */
+ga_status ga_journal_open(ga_journal *j, const char *dir, uint64_t first_seq, ga_journal_sync sync, uint32_t copies,
+                          char *why, size_t cap);
 /* Starts a new segment at first_seq (a checkpoint of version first_seq - 1 was queued). On
  * error the current segment stays open. */
 ga_status ga_journal_rotate(ga_journal *j, uint64_t first_seq, char *why, size_t cap);
 void ga_journal_close(ga_journal *j); /* idempotent */
 
-/* Appends. Each writes the whole record or reports GA_E_IO (a partial record is cut off by its
- * checksum at replay and was never acknowledged). PUSH sync mode fsyncs here. */
+/* Appends. Each writes the whole record to every copy or reports GA_E_IO (a partial record is cut
+ * off by its checksum at replay and was never acknowledged). PUSH sync mode fsyncs here. */
 ga_status ga_journal_job(ga_journal *j, uint64_t seq, const char *job, const Gradagg__V1__JobConfig *config, char *why,
                          size_t cap);
 ga_status ga_journal_init(ga_journal *j, uint64_t seq, const ga_init *init, char *why, size_t cap);
 ga_status ga_journal_commit(ga_journal *j, uint64_t seq, const ga_push *push, char *why, size_t cap);
 ga_status ga_journal_close_step(ga_journal *j, uint64_t seq, char *why, size_t cap);
 ga_status ga_journal_member_change(ga_journal *j, uint64_t seq, const ga_journal_member *m, char *why, size_t cap);
-/* fdatasync of the open segment (STEP mode calls it at each close). */
+/* fdatasync of the open segment and its copy (STEP mode calls it at each close). */
 ga_status ga_journal_flush(ga_journal *j, char *why, size_t cap);
 
 /* Replay: calls visit for every intact record with seq > after, segment after segment, in the
- * order written. A record that fails its checks ends its segment, and is one of two things:
+ * order written. A record that fails its checks (or cannot be read) in a segment whose copy holds
+ * it intact at the same offset is taken from the copy (end->from_copy counts those visited); the copy is
+ * read only there, or alone when the segment's file is gone or cannot be opened. A record that fails in every copy ends its segment, and is one of two things:
  *  - a torn tail, the trace of a write a crash cut short (never acknowledged): nothing intact
  *    follows it in its segment, and the next segment (if any) starts at most one seq past the
  *    last intact record (the restart after that crash knew of nothing beyond it). The replay
  *    goes on with the next segment; end->torn counts these.
- *  - damage: an intact record follows it in the same segment, or the next segment starts later
+ *  - damage: an intact record follows it in the same segment (in either copy), the rest of the
+ *    segment cannot be read (an I/O error: a bad sector), or the next segment starts later
  *    than that (records the server once had are unreadable). When the segment holds records
  *    the replay needs (seq > after), the replay stops there: end->damaged, end->where. Damage
  *    in a segment a checkpoint covers is only counted (end->damaged_covered).
  * visit's error stops the replay and is returned. */
 typedef struct ga_journal_end {
     uint64_t records;         /* records visited */
+    uint64_t from_copy;       /* records visited that their segment had lost, read from its copy */
     uint64_t torn;            /* segments that ended at a torn tail */
     uint64_t damaged_covered; /* damaged segments the replay did not need */
     bool damaged;             /* the replay stopped at damage it needed past */
@@ -98,8 +114,8 @@ typedef ga_status (*ga_journal_visit)(void *arg, const ga_journal_record *r, cha
 ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, ga_journal_end *end,
                             char *why, size_t cap);
 
-/* Deletes the segments whose every record has seq <= covered (the next segment starts at or
- * below it). Never the newest segment. Returns how many went. */
+/* Deletes the segments (and their copies) whose every record has seq <= covered (the next
+ * segment starts at or below it). Never the newest segment. Returns how many went. */
 ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, char *why, size_t cap);
 
 /* Bodies back into bundles (owned by the caller) and messages. GA_E_PROTO when the body does

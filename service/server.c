@@ -311,6 +311,7 @@ static void setup(void *arg)
     co.checkpoint_seconds = c->checkpoint_seconds;
     co.checkpoint_keep = c->checkpoint_keep;
     co.journal_sync = c->journal_sync;
+    co.journal_copies = c->journal_copies;
     co.durability = c->durability;
     GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
     char why[320];

@@ -220,7 +220,7 @@ static void test_optional_settings(void **state)
 {
     (void)state;
     const char *args[] = {"--admin-listen=", "--tls-cert=/s.pem", "--tls-key=/s.key", "--tls-client-ca=/ca.pem",
-                          "--journal-sync=push", NULL};
+                          "--journal-sync=push", "--journal-copies=2", NULL};
     ga_config cfg;
     ga_config_action act;
     char why[256] = "";
@@ -231,6 +231,7 @@ static void test_optional_settings(void **state)
     assert_string_equal(cfg.tls_client_ca, "/ca.pem");
     assert_string_equal(cfg.auth_tokens, "");
     assert_int_equal(cfg.journal_sync, GA_JOURNAL_SYNC_PUSH);
+    assert_int_equal(cfg.journal_copies, 2);
     assert_int_equal(cfg.source[GA_CFG_ADMIN_LISTEN], GA_CONFIG_FLAG);
 }
 
@@ -297,6 +298,7 @@ static void test_help_lists_every_row(void **state)
         {"--checkpoint-seconds", "GRADAGG_CHECKPOINT_SECONDS", NULL},
         {"--checkpoint-keep", "GRADAGG_CHECKPOINT_KEEP", NULL},
         {"--journal-sync", "GRADAGG_JOURNAL_SYNC", "none|step|push"},
+        {"--journal-copies", "GRADAGG_JOURNAL_COPIES", NULL},
         {"--durability", "GRADAGG_DURABILITY", "acked|checkpoint"},
         {"--tls-cert", "GRADAGG_TLS_CERT", NULL},
         {"--tls-key", "GRADAGG_TLS_KEY", NULL},

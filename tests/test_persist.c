@@ -31,6 +31,7 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "journal.h"
+#include "journal_fixture.h"
 #include "test_dirs.h"
 
 static char base[64];
@@ -47,86 +48,13 @@ static void test_crc32c_check_value(void **state)
         assert_int_equal(ga_crc32c(ga_crc32c(0, buf, cut), buf + cut, sizeof buf - cut), whole);
 }
 
-/* A push of one chunk of `count` fp32 values, as the network would deliver it. */
-static ga_push *make_push(uint64_t step, uint32_t rank, float value, size_t count)
-{
-    float *v = ga_malloc(count * sizeof *v);
-    for (size_t i = 0; i < count; i++) v[i] = value + (float)i;
-    Gradagg__V1__Codec codec = GRADAGG__V1__CODEC__INIT;
-    Gradagg__V1__PushChunk c = GRADAGG__V1__PUSH_CHUNK__INIT;
-    c.job = "j", c.rank = rank, c.incarnation = 9, c.step = step, c.tensor = "w", c.offset = 0, c.count = count;
-    c.codec = &codec;
-    c.payload.data = (uint8_t *)v, c.payload.len = count * sizeof *v;
-    size_t len = protobuf_c_message_get_packed_size(&c.base);
-    uint8_t *bytes = ga_malloc(len);
-    protobuf_c_message_pack(&c.base, bytes);
-    ga_free(v);
-    ProtobufCMessage *m =
-        protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
-    ga_free(bytes);
-    ga_push *push = NULL;
-    char why[256];
-    assert_int_equal(ga_push_add(&push, (Gradagg__V1__PushChunk *)m, SIZE_MAX, NULL, why, sizeof why), GA_OK);
-    return push;
-}
-
-typedef struct seen {
-    int n;
-    uint64_t seq[16];
-    float first[16];
-} seen;
-
-static ga_status collect(void *arg, const ga_journal_record *r, char *why, size_t cap)
-{
-    seen *s = arg;
-    assert_int_equal(r->type, GA_JOURNAL_COMMIT);
-    ga_push *p;
-    GA_CHECK(ga_journal_decode_push(r, &p, why, cap));
-    s->seq[s->n] = r->seq;
-    memcpy(&s->first[s->n], p->parts[0].chunk->payload.data, sizeof(float));
-    assert_int_equal(p->step + 1, r->seq);
-    s->n++;
-    ga_push_free(p);
-    return GA_OK;
-}
-
-static off_t file_size(const char *path)
-{
-    struct stat sb;
-    assert_int_equal(stat(path, &sb), 0);
-    return sb.st_size;
-}
-
-static void flip_byte(const char *path, off_t at)
-{
-    int fd = open(path, O_RDWR);
-    uint8_t b;
-    assert_int_equal(pread(fd, &b, 1, at), 1);
-    b ^= 0x40;
-    assert_int_equal(pwrite(fd, &b, 1, at), 1);
-    close(fd);
-}
-
-/* A journal opened in dir (PUSH sync) with `count` commits of 300 elements, step s holding
- * 10 s and seq s + 1. */
-static void journal_of_commits(ga_journal *j, const char *dir, uint64_t count)
-{
-    char why[256];
-    assert_int_equal(ga_journal_open(j, dir, 1, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
-    for (uint64_t s = 0; s < count; s++) {
-        ga_push *p = make_push(s, 0, (float)(10 * s), 300);
-        assert_int_equal(ga_journal_commit(j, s + 1, p, why, sizeof why), GA_OK);
-        ga_push_free(p);
-    }
-}
-
 static void test_journal_replay_stops_at_damage(void **state)
 {
     (void)state;
     char dir[128], why[256];
     ga_test_fresh_dir(dir, sizeof dir, base);
     ga_journal j;
-    journal_of_commits(&j, dir, 4);
+    journal_of_commits(&j, dir, 4, 1);
     char path[256];
     snprintf(path, sizeof path, "%s", j.file.path);
     seen s = {0};
@@ -171,7 +99,7 @@ static void test_journal_replay_stops_at_damage(void **state)
 
     /* A segment after the damage is not read: its records would land on a state that lacks the
      * damaged ones. */
-    assert_int_equal(ga_journal_open(&j, dir, 5, GA_JOURNAL_SYNC_NONE, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_open(&j, dir, 5, GA_JOURNAL_SYNC_NONE, 1, why, sizeof why), GA_OK);
     ga_push *p = make_push(4, 1, 99.0f, 10);
     assert_int_equal(ga_journal_commit(&j, 5, p, why, sizeof why), GA_OK);
     ga_push_free(p);
@@ -206,12 +134,12 @@ static void torn_then(const char *dir, uint64_t next_first)
 {
     char why[256];
     ga_journal j;
-    journal_of_commits(&j, dir, 3);
+    journal_of_commits(&j, dir, 3, 1);
     char path[256];
     snprintf(path, sizeof path, "%s", j.file.path);
     ga_journal_close(&j);
     assert_int_equal(truncate(path, file_size(path) - 100), 0);
-    assert_int_equal(ga_journal_open(&j, dir, next_first, GA_JOURNAL_SYNC_PUSH, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_open(&j, dir, next_first, GA_JOURNAL_SYNC_PUSH, 1, why, sizeof why), GA_OK);
     ga_push *p = make_push(next_first - 1, 0, 77.0f, 10);
     assert_int_equal(ga_journal_commit(&j, next_first, p, why, sizeof why), GA_OK);
     ga_push_free(p);
@@ -282,7 +210,7 @@ static void test_journal_skips_the_page_cache(void **state)
         return;
     }
     ga_journal j;
-    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_STEP, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_open(&j, dir, 1, GA_JOURNAL_SYNC_STEP, 1, why, sizeof why), GA_OK);
     ga_push *p = make_push(0, 0, 1.0f, (size_t)1 << 20); /* a 4 MiB record */
     assert_int_equal(ga_journal_commit(&j, 1, p, why, sizeof why), GA_OK);
     ga_push_free(p);

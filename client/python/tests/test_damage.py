@@ -1,12 +1,14 @@
 """Damage on disk is detected, never taken for a torn tail (docs/reliability.md, "A damaged
 journal"): a byte flipped in the middle of a job's journal makes the restarted server refuse the
 job, loudly (ERROR in the log, gradagg_journals_damaged, GA_E_IO naming the segment to every
-worker), instead of serving it at the version before the damage; a write cut short at the
-journal's end (a crash) is cut and the job goes on; other jobs on the server are unaffected."""
+worker), instead of serving it at the version before the damage; with --journal-copies 2 the
+same damage loses nothing; a write cut short at the journal's end (a crash) is cut and the job
+goes on; other jobs on the server are unaffected."""
 from __future__ import annotations
 
 import signal
 import socket
+import time
 import urllib.request
 from pathlib import Path
 from typing import List, Tuple
@@ -75,6 +77,44 @@ def test_a_flipped_byte_mid_journal_refuses_the_job(tmp_path: Path) -> None:
         # The other job on the same server goes on where it was.
         p, version = train(s, "intact", 0, resume=True)
         assert version == STEPS and np.array_equal(p, intact)
+    finally:
+        s.stop()
+
+
+def test_a_second_copy_survives_a_flipped_byte(tmp_path: Path) -> None:
+    """--journal-copies 2: the same flipped byte costs nothing; the record comes from the copy,
+    the log and a metric say the disk damaged it, the next version is checkpointed so no later
+    restore needs the damaged segment, and the job trains on bit-exactly."""
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", admin, "--journal-copies", "2")
+    try:
+        train(s, "copied", STEPS)
+        s.stop(signal.SIGKILL)
+        seg = segments(s, "copied")[0]
+        twin = seg.with_suffix(".copy")
+        assert twin.read_bytes() == seg.read_bytes()
+        data = bytearray(seg.read_bytes())
+        data[len(data) // 3] ^= 0x40
+        seg.write_bytes(bytes(data))
+        s = s.restart()
+        log = s.log.read_text(errors="replace")
+        assert "job 'copied'" in log and "were read from its copy" in log, log[-2000:]
+        assert "its journal is damaged" not in log and "a torn tail" not in log
+        assert f"restore: job 'copied' at version {STEPS} " in log, log[-2000:]
+        assert metric(admin, "gradagg_journal_records_from_copy") >= 1
+        assert metric(admin, "gradagg_journals_damaged") == 0
+        p, version = train(s, "copied", 1, resume=True)
+        assert version == STEPS + 1
+        assert np.array_equal(p, np.full(4096, -0.5 * (STEPS + 1), np.float32))
+        deadline = time.monotonic() + 30
+        while f"job 'copied': checkpoint of version {STEPS + 1} written" not in s.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the version after the repair was not checkpointed"
+            time.sleep(0.05)
+        s.stop(signal.SIGKILL)
+        s = s.restart()
+        assert metric(admin, "gradagg_journal_records_from_copy") == 0  # the checkpoint covers it
+        p, version = train(s, "copied", 0, resume=True)
+        assert version == STEPS + 1 and np.all(p == -0.5 * (STEPS + 1))
     finally:
         s.stop()
 
