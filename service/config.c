@@ -70,6 +70,10 @@ static const row rows[GA_CFG_KEYS] = {
                                               max_streams_per_client, "256", 1, 1u << 20,
                                               "Push and InitTensors streams open at once from one client host (its "
                                               "address without the port)"),
+    [GA_CFG_MAX_STREAMS_PER_JOB] = ROW_U32("max-streams-per-job", "GRADAGG_MAX_STREAMS_PER_JOB", max_streams_per_job,
+                                           "1024", 1, 1u << 20,
+                                           "Push and InitTensors streams open at once for one job, from every host "
+                                           "(with --auth-tokens: per token)"),
     [GA_CFG_MAX_MEMORY_MB] = ROW_U64("max-memory-mb", "GRADAGG_MAX_MEMORY_MB", max_memory_mb, "16384", 16, 1ull << 24,
                                      "memory for parameters, state and buffered payloads, all jobs, MiB"),
     [GA_CFG_MAX_JOBS] = ROW_U32("max-jobs", "GRADAGG_MAX_JOBS", max_jobs, "64", 1, 1000000, "jobs at once"),

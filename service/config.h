@@ -28,6 +28,7 @@ typedef enum ga_config_key {
     GA_CFG_MAX_MESSAGE_MB,
     GA_CFG_MAX_STREAM_MB,
     GA_CFG_MAX_STREAMS_PER_CLIENT,
+    GA_CFG_MAX_STREAMS_PER_JOB,
     GA_CFG_MAX_MEMORY_MB,
     GA_CFG_MAX_JOBS,
     GA_CFG_MAX_TENSORS,
@@ -75,6 +76,7 @@ typedef struct ga_config {
     uint32_t max_message_mb;           /* per gRPC message, both directions */
     uint32_t max_stream_mb;            /* payload of one Push or InitTensors stream */
     uint32_t max_streams_per_client;   /* Push and InitTensors streams open at once from one host */
+    uint32_t max_streams_per_job;      /* ... and of one job (with tokens: per token) */
     uint64_t max_memory_mb;            /* parameters, state and buffered payloads, all jobs */
     uint32_t max_jobs;
     uint32_t max_tensors;              /* per job */

@@ -3,7 +3,6 @@
  * finished here with the reason. */
 #include "dispatch.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,12 +12,7 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
-
-/* Client streams open from one client host (the peer address without its port). */
-typedef struct client_streams {
-    char host[64];
-    uint32_t open;
-} client_streams;
+#include "stream_caps.h"
 
 struct ga_dispatch {
     ga_rpc_handlers handlers; /* ctx = this */
@@ -26,12 +20,9 @@ struct ga_dispatch {
     ga_core *core;
     ga_health *health;
     size_t max_stream_bytes;
-    uint32_t max_streams_per_client;
-    ga_budget *budget;          /* the core's; NULL without a core */
+    ga_stream_caps *caps;        /* streams open per client host and per job */
+    ga_budget *budget;           /* the core's; NULL without a core */
     const ga_auth *_Atomic auth; /* NULL: no tokens; replaced by a reload (SIGHUP) */
-    pthread_mutex_t clients_mu; /* guards clients: completion-queue threads */
-    client_streams *clients;    /* hosts with open > 0 */
-    size_t nclients, clients_cap;
 };
 
 /* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
@@ -121,62 +112,25 @@ static void run_stream_check(void *arg)
 
 /* ---- on completion-queue threads ---- */
 
-/* One more stream open from the call's host, unless it has max_streams_per_client open. */
-static ga_status client_open(ga_dispatch *d, const ga_call *call, char *why, size_t cap)
+/* A stream's slots in the caps: its client host's and its job's (stream_caps.h). */
+static ga_status stream_open(ga_dispatch *d, const ga_call *call, const char *job, char *why, size_t cap)
 {
-    char host[sizeof d->clients->host];
+    char host[64];
     ga_call_peer_host(call, host, sizeof host);
-    ga_status st = GA_OK;
-    pthread_mutex_lock(&d->clients_mu);
-    client_streams *e = NULL;
-    for (size_t i = 0; i < d->nclients && !e; i++)
-        if (strcmp(d->clients[i].host, host) == 0) e = &d->clients[i];
-    if (!e) {
-        if (d->nclients == d->clients_cap) {
-            size_t ncap = d->clients_cap ? 2 * d->clients_cap : 16;
-            client_streams *n = ga_malloc(ncap * sizeof *n);
-            if (n) {
-                if (d->nclients) memcpy(n, d->clients, d->nclients * sizeof *n);
-                ga_free(d->clients);
-                d->clients = n, d->clients_cap = ncap;
-            }
-        }
-        if (d->nclients < d->clients_cap) {
-            e = &d->clients[d->nclients++];
-            snprintf(e->host, sizeof e->host, "%s", host);
-            e->open = 0;
-        }
-    }
-    if (!e) {
-        st = ga_status_fail(GA_E_NOMEM, why, cap, "out of memory counting the streams of %s", host);
-    } else if (e->open >= d->max_streams_per_client) {
-        st = ga_status_fail(GA_E_BUSY, why, cap,
-                            "client %s has %u streams open, the most --max-streams-per-client allows; retry once one "
-                            "ends",
-                            host, e->open);
-    } else {
-        e->open++;
-    }
-    pthread_mutex_unlock(&d->clients_mu);
-    return st;
+    return ga_stream_caps_open(d->caps, host, job, why, cap);
 }
 
-static void client_close(ga_dispatch *d, const ga_call *call)
+static void stream_close(ga_dispatch *d, const ga_call *call, const char *job)
 {
-    char host[sizeof d->clients->host];
+    char host[64];
     ga_call_peer_host(call, host, sizeof host);
-    pthread_mutex_lock(&d->clients_mu);
-    for (size_t i = 0; i < d->nclients; i++) {
-        if (strcmp(d->clients[i].host, host) != 0) continue;
-        if (--d->clients[i].open == 0) d->clients[i] = d->clients[--d->nclients];
-        break;
-    }
-    if (d->nclients == 0) { /* no stream open: nothing kept (a server at rest holds no table) */
-        ga_free(d->clients);
-        d->clients = NULL;
-        d->clients_cap = 0;
-    }
-    pthread_mutex_unlock(&d->clients_mu);
+    ga_stream_caps_close(d->caps, host, job);
+}
+
+/* The job a stream's bundle names (its first chunk's). */
+static const char *stream_job(ga_method_id m, const void *stream)
+{
+    return m == GA_METHOD_PUSH ? ((const ga_push *)stream)->job : ((const ga_init *)stream)->job;
 }
 
 /* The loop checks a stream's job and membership as its first chunk arrives
@@ -266,12 +220,6 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
     uint32_t rank = 0;
     uint64_t incarnation = 0;
     if (first) {
-        ga_status st = authorize(d, call, method, msg, why, why_cap);
-        if (st == GA_OK) st = client_open(d, call, why, why_cap);
-        if (st != GA_OK) {
-            protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
-            return st;
-        }
         const char *job;
         if (method == GA_METHOD_PUSH) {
             const Gradagg__V1__PushChunk *c = (const Gradagg__V1__PushChunk *)msg;
@@ -281,6 +229,14 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
             job = c->job, rank = c->rank, incarnation = c->incarnation;
         }
         name = ga_strdup(job ? job : "");
+        ga_status st = name ? authorize(d, call, method, msg, why, why_cap)
+                            : ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory opening a stream");
+        if (st == GA_OK) st = stream_open(d, call, name, why, why_cap);
+        if (st != GA_OK) {
+            protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+            ga_free(name);
+            return st;
+        }
     }
     ga_status rc = method == GA_METHOD_PUSH
                        ? ga_push_add((ga_push **)stream, (Gradagg__V1__PushChunk *)msg, d->max_stream_bytes,
@@ -288,7 +244,7 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
                        : ga_init_add((ga_init **)stream, (Gradagg__V1__InitChunk *)msg, d->max_stream_bytes,
                                      d->budget, why, why_cap);
     if (first && rc != GA_OK) {
-        client_close(d, call); /* no stream state: on_stream_abort will not */
+        stream_close(d, call, name); /* no stream state: on_stream_abort will not */
         ga_free(name);
     } else if (first) {
         post_stream_check(d, call, name, rank, incarnation);
@@ -298,7 +254,7 @@ static ga_status on_stream_message(void *ctx, ga_call *call, ga_method_id method
 
 static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *stream)
 {
-    if (stream) client_close(ctx, call);
+    if (stream) stream_close(ctx, call, stream_job(method, stream));
     if (!stream) {
         /* No chunk: no job, rank or step to commit against; nothing for the core to judge. */
         ga_call_finish(call, NULL, GA_E_INVAL, "%s stream ended without a chunk", ga_methods[method].name);
@@ -309,7 +265,7 @@ static void on_stream_end(void *ctx, ga_call *call, ga_method_id method, void *s
 
 static void on_stream_abort(void *ctx, ga_call *call, ga_method_id method, void *stream)
 {
-    if (stream) client_close(ctx, call);
+    if (stream) stream_close(ctx, call, stream_job(method, stream));
     free_payload(method, stream);
 }
 
@@ -330,10 +286,13 @@ static void on_cancel(void *ctx, ga_call *call)
 }
 
 ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
-                             uint32_t max_streams_per_client, ga_dispatch **out)
+                             uint32_t max_streams_per_client, uint32_t max_streams_per_job, ga_dispatch **out)
 {
     ga_dispatch *d = ga_calloc(1, sizeof *d);
-    if (!d) return GA_E_NOMEM;
+    if (!d || !(d->caps = ga_stream_caps_create(max_streams_per_client, max_streams_per_job))) {
+        ga_free(d);
+        return GA_E_NOMEM;
+    }
     d->handlers = (ga_rpc_handlers){
         .ctx = d,
         .on_request = on_request,
@@ -346,9 +305,7 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
     d->core = core;
     d->health = health;
     d->max_stream_bytes = max_stream_bytes;
-    d->max_streams_per_client = max_streams_per_client;
     d->budget = core ? ga_core_budget(core) : NULL;
-    pthread_mutex_init(&d->clients_mu, NULL);
     *out = d;
     return GA_OK;
 }
@@ -366,7 +323,6 @@ const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d)
 void ga_dispatch_destroy(ga_dispatch *d)
 {
     if (!d) return;
-    pthread_mutex_destroy(&d->clients_mu);
-    ga_free(d->clients);
+    ga_stream_caps_destroy(d->caps);
     ga_free(d);
 }

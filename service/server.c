@@ -322,7 +322,7 @@ static void setup(void *arg)
     }
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
     GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20,
-                                     c->max_streams_per_client, &s->dispatch), st,
+                                     c->max_streams_per_client, c->max_streams_per_job, &s->dispatch), st,
                   fail);
     ga_dispatch_set_auth(s->dispatch, s->sec.auth);
     GA_CHECK_GOTO(open_handles(s), st, fail);

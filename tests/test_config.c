@@ -276,6 +276,7 @@ static void test_help_lists_every_row(void **state)
         {"--max-message-mb", "GRADAGG_MAX_MESSAGE_MB", NULL},
         {"--max-stream-mb", "GRADAGG_MAX_STREAM_MB", NULL},
         {"--max-streams-per-client", "GRADAGG_MAX_STREAMS_PER_CLIENT", NULL},
+        {"--max-streams-per-job", "GRADAGG_MAX_STREAMS_PER_JOB", NULL},
         {"--max-memory-mb", "GRADAGG_MAX_MEMORY_MB", NULL},
         {"--max-jobs", "GRADAGG_MAX_JOBS", NULL},
         {"--max-tensors", "GRADAGG_MAX_TENSORS", NULL},

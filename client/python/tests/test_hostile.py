@@ -1,7 +1,7 @@
 """Hostile clients against a real server (docs/reliability.md, "Memory"): every byte the server
 holds for an unfinished stream is in --max-memory-mb before it is kept, a stream is checked
 against its job and membership at its first chunk, one client host holds at most
---max-streams-per-client streams open, a list too long to unpack is refused before it is, and
+--max-streams-per-client streams open and one job at most --max-streams-per-job, a list too long to unpack is refused before it is, and
 the admin port answers its probes under a slow-loris. Each test reproduces an attack with hand-built gRPC
 (_wire.py), bounds the server's RSS from /proc while it runs, and then trains a legitimate job
 on the same server."""
@@ -141,6 +141,38 @@ def test_one_client_host_holds_at_most_its_streams(tmp_path: Path) -> None:
         time.sleep(1.0)
         assert again.outcome(0)[0] is None, "a stream slot did not come back"
         for st in held[1:] + [again]:
+            st.release()
+            assert st.outcome(30)[0] is not None
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
+def test_one_job_holds_at_most_its_streams(tmp_path: Path) -> None:
+    """--max-streams-per-job: with tokens on, the cap per token (a token is one job's)."""
+    s = hostile_server(tmp_path, "--max-streams-per-job", "3")
+    try:
+        ch = member(s, "victim", 7)
+        other = member(s, "other", 9)
+        small = push_chunk("victim", 0, 7, 0, "w", 0, 1024, bytes(4096))
+        held = [HeldStream(ch, "Push", [small]) for _ in range(3)]
+        time.sleep(1.0)
+        assert all(st.outcome(0)[0] is None for st in held)
+        fourth = HeldStream(channel(s.addr), "Push", [small])  # another connection: the job is full
+        code, details = fourth.outcome(30)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "job 'victim' has 3 streams open" in details and "--max-streams-per-job" in details, details
+        fourth.release()
+        # Another job's stream from the same host is let in: the cap is the job's, not the host's.
+        theirs = HeldStream(other, "Push", [push_chunk("other", 0, 9, 0, "w", 0, 1024, bytes(4096))])
+        time.sleep(1.0)
+        assert theirs.outcome(0)[0] is None
+        held[0].release()
+        assert held[0].outcome(30)[0] is not None
+        again = HeldStream(ch, "Push", [small])
+        time.sleep(1.0)
+        assert again.outcome(0)[0] is None, "a stream slot of the job did not come back"
+        for st in held[1:] + [again, theirs]:
             st.release()
             assert st.outcome(30)[0] is not None
         legitimate_job_trains(s, "legit")
