@@ -286,6 +286,15 @@ ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__Jo
                  c->njobs, name);
         return GA_E_LIMIT;
     }
+    uint64_t files = c->opt.data_dir ? (c->opt.journal_copies > 1 ? 2 : 1) : 0;
+    if (c->opt.journal_fds && (c->njobs + 1) * files > c->opt.journal_fds) {
+        snprintf(why, GA_WHY_CAP,
+                 "the server holds %zu jobs with %" PRIu64 " open journal file(s) each, the most its file descriptor "
+                 "limit leaves for journals (%" PRIu64 " of RLIMIT_NOFILE; the rest is kept for connections); job "
+                 "'%s' not created: raise the limit (docs/operations.md, \"File descriptors\")",
+                 c->njobs, files, c->opt.journal_fds, name);
+        return GA_E_LIMIT;
+    }
     if (c->njobs == c->jobs_cap) {
         size_t ncap = c->jobs_cap ? 2 * c->jobs_cap : 8;
         ga_job **jobs = ga_malloc(ncap * sizeof *jobs);

@@ -12,6 +12,7 @@
 #include "admin.h"
 #include "core.h"
 #include "dispatch.h"
+#include "fdlimit.h"
 #include "ga_alloc.h"
 #include "health.h"
 #include "log.h"
@@ -283,6 +284,24 @@ static ga_status open_handles(ga_server *s)
     return GA_OK;
 }
 
+/* Raises the descriptor limit and says what it allows (fdlimit.h): the journals' share. */
+static uint64_t fd_budget(const ga_config *c)
+{
+    ga_fd_budget b = ga_fd_budget_take();
+    uint64_t need = (uint64_t)c->max_jobs * c->journal_copies;
+    ga_log(GA_LOG_INFO,
+           "file descriptors: RLIMIT_NOFILE %" PRIu64 "%s, %" PRIu64 " kept for connections and checkpoints, %" PRIu64
+           " for journals (--max-jobs %u x %u journal file(s) need %" PRIu64 ")",
+           b.limit, b.limit > b.before ? " (raised to the hard limit)" : "", b.reserve, b.journals, c->max_jobs,
+           c->journal_copies, need);
+    if (need > b.journals)
+        ga_log(GA_LOG_WARN,
+               "file descriptors: RLIMIT_NOFILE %" PRIu64 " leaves %" PRIu64 " for journals, so at most %" PRIu64
+               " jobs, not --max-jobs %u: raise the limit (docs/operations.md, \"File descriptors\")",
+               b.limit, b.journals, b.journals / c->journal_copies, c->max_jobs);
+    return b.journals ? b.journals : 1;
+}
+
 static void setup(void *arg)
 {
     ga_server *s = arg;
@@ -313,6 +332,7 @@ static void setup(void *arg)
     co.journal_sync = c->journal_sync;
     co.journal_copies = c->journal_copies;
     co.durability = c->durability;
+    co.journal_fds = fd_budget(c);
     GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
     char why[320];
     st = ga_core_restore(s->core, why, sizeof why);

@@ -3,13 +3,14 @@ or $GRADAGG_SERVER) on 127.0.0.1:0 with a fresh data dir, killed at teardown."""
 from __future__ import annotations
 
 import os
+import resource
 import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Tuple
 
 import pytest
 
@@ -21,12 +22,15 @@ from gradagg import _lib  # noqa: E402
 class Server:
     """A running gradagg-server: .addr is "127.0.0.1:<port>"."""
 
-    def __init__(self, binary: str, data_dir: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
-        self.binary, self.data_dir, self.extra = binary, data_dir, extra
+    def __init__(self, binary: str, data_dir: Path, *extra: str, listen: str = "127.0.0.1:0",
+                 nofile: Optional[Tuple[int, int]] = None) -> None:
+        """nofile: the (soft, hard) RLIMIT_NOFILE the server starts with; None: this process's."""
+        self.binary, self.data_dir, self.extra, self.nofile = binary, data_dir, extra, nofile
         self.log = data_dir / "server.log"  # appended to by every server started on data_dir
+        limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
         self.proc = subprocess.Popen(
             [binary, "--listen", listen, "--data-dir", str(data_dir / "data"), "--admin-listen", "", *extra],
-            stdout=subprocess.PIPE, stderr=open(self.log, "ab"), stdin=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=open(self.log, "ab"), stdin=subprocess.DEVNULL, preexec_fn=limit)
         line = b""
         end = time.monotonic() + 20.0
         assert self.proc.stdout is not None
@@ -55,7 +59,7 @@ class Server:
 
     def restart(self) -> "Server":
         """The same server again: same address, data dir and arguments (after stop())."""
-        return Server(self.binary, self.data_dir, *self.extra, listen=self.addr)
+        return Server(self.binary, self.data_dir, *self.extra, listen=self.addr, nofile=self.nofile)
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ the admin port answers its probes under a slow-loris. Each test reproduces an at
 on the same server."""
 from __future__ import annotations
 
+import os
+import resource
 import signal
 import socket
 import threading
@@ -345,6 +347,45 @@ def test_joins_cannot_take_job_slots_for_good(tmp_path: Path) -> None:
         s.stop()
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_jobs_stop_at_the_file_descriptors_the_journals_may_hold(tmp_path: Path) -> None:
+    # RLIMIT_NOFILE soft 300, hard 320: the server raises it to 320, keeps 256 for connections,
+    # so 64 descriptors for journals: 32 jobs with two journal copies. The 33rd Join is refused
+    # naming the limit, the server keeps accepting connections and answering probes, and once
+    # the unused jobs expired a legitimate job trains.
+    s = Server(_lib.server_binary(), tmp_path, "--journal-copies", "2", "--max-jobs", "1000",
+               "--max-unused-jobs-per-client", "1000", "--unused-job-expiry-s", "1", "--rank-lost-ms", "400",
+               nofile=(300, 320))
+    try:
+        log = s.log.read_text(errors="replace")
+        assert "RLIMIT_NOFILE 320 (raised to the hard limit), 256 kept" in log, log[-3000:]
+        assert "leaves 64 for journals, so at most 32 jobs, not --max-jobs 1000" in log, log[-3000:]
+        ch = channel(s.addr)
+        for i in range(32):
+            unary(ch, "Join", join_request(f"many-{i}", 0, 7, 1))
+        with pytest.raises(grpc.RpcError) as refused:
+            unary(ch, "Join", join_request("many-32", 0, 7, 1))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "RLIMIT_NOFILE" in refused.value.details() and "'many-32' not created" in refused.value.details()
+        assert open_fds(s.proc.pid) < 320 - 128, open_fds(s.proc.pid)
+        # New connections are accepted and probes answered (a channel of its own, not shared).
+        for _ in range(20):
+            fresh = grpc.insecure_channel(s.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+            assert fresh.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10) == b"\x08\x01"  # SERVING
+            fresh.close()
+        deadline = time.monotonic() + 30
+        while "many-31" not in s.log.read_text(errors="replace") or "never pushed to" not in \
+                s.log.read_text(errors="replace").split("many-31")[-1]:
+            assert time.monotonic() < deadline, "the unused jobs never went"
+            time.sleep(0.2)
+        legitimate_job_trains(s, "legit")
+    finally:
+        s.stop()
+
+
 def test_a_scrape_stays_small_however_many_jobs(tmp_path: Path) -> None:
     # 300 jobs: /metrics answers at once, with per-job series for the oldest 256 only.
     admin = f"127.0.0.1:{free_port()}"
@@ -363,6 +404,66 @@ def test_a_scrape_stays_small_however_many_jobs(tmp_path: Path) -> None:
         assert len(versions) == 256 and 'job="many-000"' in versions[0], versions[:2]
         assert not any('job="many-299"' in l for l in lines)
         assert len(text) < 4 << 20 and took < 5, (len(text), took)
+    finally:
+        s.stop()
+
+
+def test_thousands_of_jobs_stay_small_and_restart_small(tmp_path: Path) -> None:
+    # Up to 5000 jobs that each hold a journal in two copies (as many as the descriptor limit
+    # allows): two open files per job and a few KiB of memory each, before and after a restart
+    # that restores all of them; /metrics answers at once throughout.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+    jobs = min(5000, (hard - max(256, hard // 4)) // 2 - 16)
+    if jobs < 500:
+        pytest.skip(f"RLIMIT_NOFILE {hard} holds too few journals")
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--journal-copies", "2", "--max-jobs", str(jobs),
+               "--max-unused-jobs-per-client", str(jobs), "--unused-job-expiry-s", "3600",
+               "--rank-lost-ms", "3600000", "--member-lease-ms", "3600000", "--admin-listen", admin)
+    try:
+        ch = channel(s.addr)
+        base_rss = rss_mib(s.proc.pid)
+        for i in range(jobs):
+            unary(ch, "Join", join_request(f"many-{i}", 0, 7, 1))
+        rss, fds = rss_mib(s.proc.pid), open_fds(s.proc.pid)
+        print(f"{jobs} jobs: RSS {base_rss:.0f} -> {rss:.0f} MiB, {fds} descriptors")
+        assert 2 * jobs <= fds < 2 * jobs + 64
+        assert rss < base_rss + jobs * 48 / 1024, (base_rss, rss)  # under 48 KiB a job
+        t0 = time.monotonic()
+        text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        assert f"gradagg_jobs {jobs}" in text.splitlines() and time.monotonic() - t0 < 5
+        s.stop(signal.SIGKILL)
+        t0 = time.monotonic()
+        s = s.restart()
+        took = time.monotonic() - t0
+        rss, fds = rss_mib(s.proc.pid), open_fds(s.proc.pid)
+        print(f"restart: {took:.1f} s, RSS {rss:.0f} MiB, {fds} descriptors")
+        text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        assert f"gradagg_jobs {jobs}" in text.splitlines()
+        assert 2 * jobs <= fds < 2 * jobs + 64
+        assert rss < base_rss + jobs * 48 / 1024, (base_rss, rss)
+    finally:
+        s.stop()
+
+
+def test_a_thousand_idle_connections_cost_what_the_docs_say(tmp_path: Path) -> None:
+    # Per-connection state is outside --max-memory-mb (gRPC's own): docs/reliability.md, "The
+    # bound", gives it as under 48 KiB a connection, and the descriptor limit bounds how many.
+    s = Server(_lib.server_binary(), tmp_path)
+    try:
+        base = rss_mib(s.proc.pid)
+        chs = []
+        for _ in range(1000):
+            ch = grpc.insecure_channel(s.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+            assert ch.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10) == b"\x08\x01"
+            chs.append(ch)
+        rss, fds = rss_mib(s.proc.pid), open_fds(s.proc.pid)
+        print(f"1000 connections: RSS {base:.0f} -> {rss:.0f} MiB, {fds} descriptors")
+        assert fds >= 1000 and rss < base + 1000 * 48 / 1024, (base, rss)
+        for ch in chs:
+            ch.close()
+        legitimate_job_trains(s, "legit")
     finally:
         s.stop()
 
