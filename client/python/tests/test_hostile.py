@@ -317,6 +317,25 @@ def test_pulls_that_never_read_cannot_pin_versions_past_the_budget(tmp_path: Pat
         s.stop()
 
 
+def joins_then_refused(ch: grpc.Channel, prefix: str, n: int) -> str:
+    """Joins rank 0 of jobs prefix-0 .. prefix-(n-1) (one rank each), then prefix-n, which must be
+    refused with RESOURCE_EXHAUSTED: returns its details."""
+    for i in range(n):
+        unary(ch, "Join", join_request(f"{prefix}-{i}", 0, 7, 1))
+    with pytest.raises(grpc.RpcError) as refused:
+        unary(ch, "Join", join_request(f"{prefix}-{n}", 0, 7, 1))
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+    return refused.value.details() or ""
+
+
+def wait_unused_gone(s: Server, job: str, seconds: float = 30) -> None:
+    """Until the log says job was removed as never pushed to (--unused-job-expiry-s)."""
+    deadline = time.monotonic() + seconds
+    while f"job '{job}' removed at version 0 (never pushed to" not in s.log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"the unused job {job} never went"
+        time.sleep(0.2)
+
+
 def test_joins_cannot_take_job_slots_for_good(tmp_path: Path) -> None:
     # Joins to distinct job names from one client, never pushing and never heartbeating: at most
     # --max-unused-jobs-per-client of them are created (the next Join is refused naming the
@@ -326,21 +345,10 @@ def test_joins_cannot_take_job_slots_for_good(tmp_path: Path) -> None:
                "--unused-job-expiry-s", "1", "--rank-lost-ms", "400")
     try:
         ch = channel(s.addr)
+        details = joins_then_refused(ch, "squat", 4)
+        assert "created 4 jobs that never got a push" in details and "--max-unused-jobs-per-client" in details
         for i in range(4):
-            unary(ch, "Join", join_request(f"squat-{i}", 0, 7, 1))
-        with pytest.raises(grpc.RpcError) as refused:
-            unary(ch, "Join", join_request("squat-4", 0, 7, 1))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "created 4 jobs that never got a push" in refused.value.details()
-        assert "--max-unused-jobs-per-client" in refused.value.details()
-        deadline = time.monotonic() + 20
-        while "squat-3" not in s.log.read_text(errors="replace") or "never pushed to" not in \
-                s.log.read_text(errors="replace"):
-            assert time.monotonic() < deadline, "the unused jobs never went"
-            time.sleep(0.2)
-        time.sleep(0.5)
-        log = s.log.read_text(errors="replace")
-        assert all(f"job 'squat-{i}' removed at version 0 (never pushed to" in log for i in range(4)), log[-3000:]
+            wait_unused_gone(s, f"squat-{i}", 20)
         unary(ch, "Join", join_request("squat-4", 0, 7, 1))  # a slot again
         legitimate_job_trains(s, "legit")
     finally:
@@ -363,24 +371,15 @@ def test_jobs_stop_at_the_file_descriptors_the_journals_may_hold(tmp_path: Path)
         log = s.log.read_text(errors="replace")
         assert "RLIMIT_NOFILE 320 (raised to the hard limit), 256 kept" in log, log[-3000:]
         assert "leaves 64 for journals, so at most 32 jobs, not --max-jobs 1000" in log, log[-3000:]
-        ch = channel(s.addr)
-        for i in range(32):
-            unary(ch, "Join", join_request(f"many-{i}", 0, 7, 1))
-        with pytest.raises(grpc.RpcError) as refused:
-            unary(ch, "Join", join_request("many-32", 0, 7, 1))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "RLIMIT_NOFILE" in refused.value.details() and "'many-32' not created" in refused.value.details()
+        details = joins_then_refused(channel(s.addr), "many", 32)
+        assert "RLIMIT_NOFILE" in details and "'many-32' not created" in details, details
         assert open_fds(s.proc.pid) < 320 - 128, open_fds(s.proc.pid)
         # New connections are accepted and probes answered (a channel of its own, not shared).
         for _ in range(20):
             fresh = grpc.insecure_channel(s.addr, options=[("grpc.use_local_subchannel_pool", 1)])
             assert fresh.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10) == b"\x08\x01"  # SERVING
             fresh.close()
-        deadline = time.monotonic() + 30
-        while "many-31" not in s.log.read_text(errors="replace") or "never pushed to" not in \
-                s.log.read_text(errors="replace").split("many-31")[-1]:
-            assert time.monotonic() < deadline, "the unused jobs never went"
-            time.sleep(0.2)
+        wait_unused_gone(s, "many-0")
         legitimate_job_trains(s, "legit")
     finally:
         s.stop()
