@@ -9,6 +9,7 @@
  *                      [--gloo bench/gloo_allreduce.py] [--json FILE] */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -64,12 +65,21 @@ static double quantile(const double *v, int count, double q)
 typedef struct server_proc {
     pid_t pid;
     int port;
+    char dir[64]; /* its --data-dir, removed by server_stop (a run journals gigabytes) */
 } server_proc;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
 
 static int server_start(const char *bin, server_proc *out)
 {
     int fds[2];
     if (pipe(fds) != 0) return -1;
+    static int servers;
+    snprintf(out->dir, sizeof out->dir, "/tmp/gradagg-bench-%d-%d", (int)getpid(), servers++); /* nothing to restore */
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -78,9 +88,8 @@ static int server_start(const char *bin, server_proc *out)
         close(fds[1]);
         /* GRADAGG_LOG_LEVEL (default warn here) and other GRADAGG_* settings pass through. */
         setenv("GRADAGG_LOG_LEVEL", getenv("GRADAGG_LOG_LEVEL") ? getenv("GRADAGG_LOG_LEVEL") : "warn", 1);
-        char dir[64];
-        snprintf(dir, sizeof dir, "/tmp/gradagg-bench-%d", (int)getpid()); /* fresh: nothing to restore */
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", dir, (char *)NULL);
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", out->dir,
+              (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -99,6 +108,7 @@ static int server_start(const char *bin, server_proc *out)
         fclose(f);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        (void)nftw(out->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         return -1;
     }
     out->pid = pid;
@@ -111,6 +121,8 @@ static int server_stop(server_proc *s)
     int st = 0;
     kill(s->pid, SIGTERM);
     waitpid(s->pid, &st, 0);
+    if (nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "bench_service: removing %s: %s\n", s->dir, strerror(errno));
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
@@ -271,6 +283,9 @@ static void worker_main(const bench_args *a, const bench_config *c, const char *
         }
         if (rc != GA_OK) snprintf(rep.error, sizeof rep.error, "%s: %s", ga_status_name(rc), ga_client_error(cl));
     }
+    /* Said here too: the parent waits for every rank's warm-up first, and the others wait for
+     * this one's push until their timeout. */
+    if (rc != GA_OK) fprintf(stderr, "bench_service: %s rank %d failed: %s\n", c->label, rank, rep.error);
     rep.ok = rc == GA_OK;
     ga_client_destroy(cl);
     ga_free(params);

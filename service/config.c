@@ -76,6 +76,9 @@ static const row rows[GA_CFG_KEYS] = {
                                            "(with --auth-tokens: per token)"),
     [GA_CFG_MAX_MEMORY_MB] = ROW_U64("max-memory-mb", "GRADAGG_MAX_MEMORY_MB", max_memory_mb, "16384", 16, 1ull << 24,
                                      "memory for parameters, state and buffered payloads, all jobs, MiB"),
+    [GA_CFG_GRPC_MEMORY_MB] = ROW_U32("grpc-memory-mb", "GRADAGG_GRPC_MEMORY_MB", grpc_memory_mb, "1024", 0, 1u << 24,
+                                      "gRPC's own memory (connections, reads not yet handed over), MiB: past it "
+                                      "gRPC closes idle connections, then resets streams; 0 = no limit"),
     [GA_CFG_MAX_JOBS] = ROW_U32("max-jobs", "GRADAGG_MAX_JOBS", max_jobs, "64", 1, 1000000, "jobs at once"),
     [GA_CFG_MAX_TENSORS] = ROW_U32("max-tensors", "GRADAGG_MAX_TENSORS", max_tensors, "4096", 1, 1000000,
                                    "tensors per job"),

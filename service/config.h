@@ -30,6 +30,7 @@ typedef enum ga_config_key {
     GA_CFG_MAX_STREAMS_PER_CLIENT,
     GA_CFG_MAX_STREAMS_PER_JOB,
     GA_CFG_MAX_MEMORY_MB,
+    GA_CFG_GRPC_MEMORY_MB,
     GA_CFG_MAX_JOBS,
     GA_CFG_MAX_TENSORS,
     GA_CFG_PULL_CHUNK_KB,
@@ -78,6 +79,7 @@ typedef struct ga_config {
     uint32_t max_streams_per_client;   /* Push and InitTensors streams open at once from one host */
     uint32_t max_streams_per_job;      /* ... and of one job (with tokens: per token) */
     uint64_t max_memory_mb;            /* parameters, state and buffered payloads, all jobs */
+    uint32_t grpc_memory_mb;           /* gRPC's own memory (resource quota); 0 = no quota */
     uint32_t max_jobs;
     uint32_t max_tensors;              /* per job */
     uint32_t pull_chunk_kb;            /* payload per PullChunk */

@@ -121,17 +121,26 @@ ga_status ga_rpc_server_start(const ga_rpc_options *opt, const ga_rpc_handlers *
 
     /* Reuseport off, or a second server on the same port starts without error (trap 4); the
      * message limits on both directions (trap 5); a fixed receive window when one is set (the
-     * last two, left out otherwise). */
+     * two after them, left out otherwise); gRPC's memory quota when one is set. */
     grpc_arg args[] = {
         {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = clamp_int(opt->max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = clamp_int(opt->max_message_bytes)}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}},
         {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = clamp_int(opt->stream_window_bytes)}},
+        {0}, /* the resource quota, when there is one */
     };
-    size_t nargs = sizeof args / sizeof args[0] - (opt->stream_window_bytes ? 0 : 2);
+    size_t nargs = sizeof args / sizeof args[0] - 1 - (opt->stream_window_bytes ? 0 : 2);
+    grpc_resource_quota *quota = NULL;
+    if (opt->grpc_memory_bytes) {
+        quota = grpc_resource_quota_create("gradagg");
+        grpc_resource_quota_resize(quota, opt->grpc_memory_bytes);
+        args[nargs++] = (grpc_arg){GRPC_ARG_POINTER, GRPC_ARG_RESOURCE_QUOTA,
+                                   {.pointer = {quota, grpc_resource_quota_arg_vtable()}}};
+    }
     grpc_channel_args chargs = {nargs, args};
     s->server = grpc_server_create(&chargs, NULL);
+    if (quota) grpc_resource_quota_unref(quota); /* the server holds its own reference */
     ga_status rc = GA_OK;
     for (int i = 0; i < s->nqueues; i++) {
         s->queues[i].srv = s;

@@ -65,6 +65,10 @@ typedef struct ga_rpc_options {
      * gRPC's buffers. Set = the probe off and this fixed window, at some CPU in gRPC's threads
      * (measured in docs/operations.md). */
     size_t stream_window_bytes;
+    /* gRPC's own memory (its resource quota): connections' buffers and state, reads not yet
+     * handed to the server. Past it gRPC reclaims: shrinks buffers, closes idle connections,
+     * then resets streams (RESOURCE_EXHAUSTED). 0 = no quota. */
+    size_t grpc_memory_bytes;
     /* TLS: PEM text (not paths; borrowed until ga_rpc_server_start returns, gRPC keeps copies).
      * tls_cert_pem NULL = plaintext; with it tls_key_pem is required. tls_client_ca_pem set =
      * mutual TLS: a client must present a certificate that chains to it, else the handshake
@@ -73,7 +77,7 @@ typedef struct ga_rpc_options {
     const char *tls_key_pem;
     const char *tls_client_ca_pem;
 } ga_rpc_options;
-#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, NULL, 0, NULL, NULL, NULL}
+#define GA_RPC_OPTIONS_INIT {"127.0.0.1:0", 2, 64u << 20, NULL, 0, 0, NULL, NULL, NULL}
 
 /* Binds, starts the threads and begins accepting. *port = the bound port. Borrows handlers
  * (must outlive the server). Errors: GA_E_IO (cannot bind, or the port is in use: reuseport is

@@ -354,6 +354,7 @@ static void setup(void *arg)
     ro.max_message_bytes = (size_t)c->max_message_mb << 20;
     ro.budget = ga_core_budget(s->core);
     ro.stream_window_bytes = (size_t)c->stream_window_kb << 10;
+    ro.grpc_memory_bytes = (size_t)c->grpc_memory_mb << 20;
     ro.tls_cert_pem = s->sec.cert_pem;
     ro.tls_key_pem = s->sec.key_pem;
     ro.tls_client_ca_pem = s->sec.client_ca_pem;

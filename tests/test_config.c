@@ -278,6 +278,7 @@ static void test_help_lists_every_row(void **state)
         {"--max-streams-per-client", "GRADAGG_MAX_STREAMS_PER_CLIENT", NULL},
         {"--max-streams-per-job", "GRADAGG_MAX_STREAMS_PER_JOB", NULL},
         {"--max-memory-mb", "GRADAGG_MAX_MEMORY_MB", NULL},
+        {"--grpc-memory-mb", "GRADAGG_GRPC_MEMORY_MB", NULL},
         {"--max-jobs", "GRADAGG_MAX_JOBS", NULL},
         {"--max-tensors", "GRADAGG_MAX_TENSORS", NULL},
         {"--pull-chunk-kb", "GRADAGG_PULL_CHUNK_KB", NULL},
