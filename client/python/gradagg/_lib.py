@@ -2,8 +2,9 @@
 
 Search order, first that loads wins:
   1. ``$GRADAGG_LIB`` (a path to the shared object; nothing else is tried when it is set),
-  2. ``<repo>/build/*/client/libgradagg.so``, newest first (the in-tree CMake builds),
-  3. ``ctypes.util.find_library("gradagg")`` (an installed library).
+  2. ``libgradagg.so`` inside this package (what ``pip install ./client/python`` puts there),
+  3. ``<repo>/build/*/client/libgradagg.so``, newest first (the in-tree CMake builds),
+  4. ``ctypes.util.find_library("gradagg")`` (an installed library).
 """
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ def _candidates() -> List[Tuple[str, str]]:
     env = os.environ.get("GRADAGG_LIB")
     if env:
         return [(env, "$GRADAGG_LIB")]
+    out: List[Tuple[str, str]] = []
+    bundled = Path(__file__).resolve().parent / "libgradagg.so"
+    if bundled.exists():
+        out.append((str(bundled), "the installed package"))
     found = sorted((p for p in REPO_ROOT.glob("build/*/client/libgradagg.so") if p.exists()),
                    key=lambda p: p.stat().st_mtime, reverse=True)
-    out = [(str(p), "repo build") for p in found]
+    out += [(str(p), "repo build") for p in found]
     name = ctypes.util.find_library("gradagg")
     if name:
         out.append((name, "ctypes.util.find_library"))

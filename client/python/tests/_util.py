@@ -3,7 +3,9 @@ gradient uses only elementwise operations and axis sums (deterministic, no BLAS)
 reference run of the same math reproduces the service's results bit for bit."""
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
@@ -12,6 +14,26 @@ F32 = np.float32
 
 # Options that keep a hung test short: a broken server fails a call within seconds.
 FAST = dict(call_timeout_ms=10000, step_timeout_ms=30000, max_retries=2)
+
+
+def build_dir() -> Path:
+    """The CMake build the tests' C programs come from: $GRADAGG_BUILD (scripts/test sets it),
+    else the build the loaded libgradagg.so lies in."""
+    from gradagg import _lib
+    env = os.environ.get("GRADAGG_BUILD")
+    return Path(env) if env else Path(_lib.LIBRARY_PATH).resolve().parent.parent
+
+
+def built_program(name: str) -> str:
+    """build_dir()/tests/<name>: fails the test where scripts/test built it (GRADAGG_BUILD set),
+    else skips it when it is not built."""
+    import pytest
+    p = build_dir() / "tests" / name
+    if not p.is_file():
+        if os.environ.get("GRADAGG_BUILD"):
+            pytest.fail(f"{p} is not built")
+        pytest.skip(f"{p} is not built (ninja -C <build> {name})")
+    return str(p)
 
 
 def run_ranks(fn: Callable[[int], Any], world: int, timeout: float = 60.0) -> List[Any]:

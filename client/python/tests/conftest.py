@@ -14,9 +14,16 @@ from typing import Iterator, Optional, Tuple
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # client/python
+# client/python, unless the suite runs against the installed package (scripts/test package).
+if os.environ.get("GRADAGG_PACKAGE") != "installed":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gradagg import _lib  # noqa: E402
+
+if os.environ.get("GRADAGG_PACKAGE") == "installed":
+    _source = Path(__file__).resolve().parents[1]
+    assert _source not in Path(_lib.__file__).resolve().parents, f"gradagg imported from the source tree: {_lib.__file__}"
+    assert Path(_lib.LIBRARY_PATH).resolve().parent == Path(_lib.__file__).resolve().parent, _lib.LIBRARY_PATH
 
 
 class Server:

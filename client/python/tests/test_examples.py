@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from gradagg import _lib
+from _util import build_dir
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_digits_main_job_runs_end_to_end(tmp_path: Path) -> None:
-    build = Path(_lib.LIBRARY_PATH).resolve().parent.parent
+    build = build_dir()
     env = dict(os.environ, GRADAGG_LIB=str(Path(_lib.LIBRARY_PATH).resolve()))
     r = subprocess.run([sys.executable, str(REPO / "examples" / "digits_run.py"), "--build", str(build),
                         "--out", str(tmp_path), "--seeds", "1", "--epochs", "2", "--max-loss-pp", "100"],

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _util import run_ranks
+from _util import built_program, run_ranks
 from conftest import Server
 from gradagg import _lib
 from gradagg.torch import DistributedOptimizer
@@ -130,12 +130,7 @@ def test_restart_at_a_random_moment(tmp_path: Path, trial: int) -> None:
 
 
 def fault_worker() -> str:
-    p = Path(_lib.LIBRARY_PATH).resolve().parent.parent / "tests" / "fault_worker"
-    if not p.is_file():
-        if os.environ.get("GRADAGG_BUILD"):  # scripts/test builds it
-            pytest.fail(f"{p} is not built")
-        pytest.skip(f"{p} is not built (ninja -C <build> fault_worker)")
-    return str(p)
+    return built_program("fault_worker")
 
 
 C_STEPS = 40
