@@ -44,7 +44,8 @@ static ga_push *make_push(uint32_t rank, const float *v, size_t n)
     uint8_t *bytes = ga_malloc(len);
     if (!bytes) return NULL;
     protobuf_c_message_pack(&c.base, bytes);
-    ProtobufCMessage *m = protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(&gradagg__v1__push_chunk__descriptor, &ga_wire_allocator, len, bytes);
     ga_free(bytes);
     ga_push *push = NULL;
     char why[256];

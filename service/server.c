@@ -299,7 +299,8 @@ static uint64_t fd_budget(const ga_config *c)
                "file descriptors: RLIMIT_NOFILE %" PRIu64 " leaves %" PRIu64 " for journals, so at most %" PRIu64
                " jobs, not --max-jobs %u: raise the limit (docs/operations.md, \"File descriptors\")",
                b.limit, b.journals, b.journals / c->journal_copies, c->max_jobs);
-    return b.journals ? b.journals : 1; /* 0 would mean no limit to the core: a limit under the reserve allows one journal file */
+    /* 0 would mean no limit to the core: a limit under the reserve allows one journal file. */
+    return b.journals ? b.journals : 1;
 }
 
 static void setup(void *arg)
