@@ -1,6 +1,6 @@
-# gradagg-server image: a builder stage compiles the server and the SDK's example worker, a slim
-# runtime stage holds the binaries, the shared libraries they link (found from the binaries,
-# nothing else) and a non-root user.
+# gradagg-server image: a builder stage compiles the server's Debian package (scripts/package) and
+# the SDK's example worker; a slim runtime stage installs the package with apt (which brings the
+# shared libraries it depends on, nothing else) and holds the worker and a non-root user.
 #
 # CPU image (default), from Docker Hub's debian:bookworm-slim:
 #   podman build -t gradagg:0.1.0 .
@@ -40,30 +40,18 @@ RUN export DEBIAN_FRONTEND=noninteractive \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The Debian packages of scripts/package (cmake/package.cmake): gradagg-server's dependencies are
+# what dpkg-shlibdeps finds in its binaries, so they follow the distribution (Debian 12 libgrpc29,
+# Ubuntu 24.04 libgrpc29t64, ...).
 RUN cuda_flags="-DGA_WITH_CUDA=OFF"; \
     if [ "$CUDA" = on ]; then \
       [ -x /usr/local/cuda/bin/nvcc ] || { echo "CUDA=on needs CUDA_BASE, an image with /usr/local/cuda/bin/nvcc" >&2; exit 1; }; \
       cuda_flags="-DGA_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES"; \
     elif [ "$CUDA" != off ]; then echo "CUDA must be off or on, not '$CUDA'" >&2; exit 1; fi; \
-    cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGA_BUILD_TESTS=OFF -DGA_BUILD_BENCH=OFF \
-          $cuda_flags \
-    && ninja -C /build gradagg-server softmax_train \
-    && install -D -m 0755 -s /build/service/gradagg-server /out/usr/local/bin/gradagg-server \
+    scripts/package /build $cuda_flags \
+    && mkdir -p /out \
+    && cp /build/packages/gradagg-server_*.deb /out/gradagg-server.deb \
     && install -D -m 0755 -s /build/client/softmax_train /out/usr/local/bin/softmax_train
-# The runtime packages are the ones owning the libraries the binaries link, so the list follows the
-# distribution (Debian 12 libgrpc29, Ubuntu 24.04 libgrpc29t64, ...). dpkg records /lib paths under
-# either prefix (merged /usr), so both are tried.
-RUN set -e; ldd /out/usr/local/bin/gradagg-server /out/usr/local/bin/softmax_train \
-      | awk '/=> \// { print $3 }' | sort -u > /tmp/libs; \
-    : > /tmp/packages; \
-    while read -r lib; do \
-      alt=$(echo "$lib" | sed -e 's|^/usr/lib/|/lib/|;t' -e 's|^/lib/|/usr/lib/|'); \
-      owner=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$alt" 2>/dev/null || true); \
-      [ -n "$owner" ] || { echo "no package owns $lib" >&2; exit 1; }; \
-      echo "$owner" | head -n 1 | cut -d: -f1 >> /tmp/packages; \
-    done < /tmp/libs; \
-    sort -u /tmp/packages > /out/runtime-packages; \
-    echo "runtime packages:" $(cat /out/runtime-packages)
 
 # ---- runtime ----
 FROM ${CUDA_RUNTIME_BASE:-${BASE}} AS runtime
@@ -77,24 +65,24 @@ LABEL org.opencontainers.image.title="gradagg-server" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://example.invalid/gradagg" \
       org.opencontainers.image.licenses="NOASSERTION"
-COPY --from=builder /out/runtime-packages /tmp/runtime-packages
-# Shared libraries only (no -dev, no compiler); ldd proves every one resolves. The user is written
+COPY --from=builder /out/gradagg-server.deb /tmp/gradagg-server.deb
+# The server's package, and with it the shared libraries it needs (no -dev, no compiler); ldd
+# proves every one resolves for the server and the example worker, which links the same ones. The user is written
 # into /etc/passwd directly: minimal bases have no useradd. Fixed ids so Kubernetes'
 # runAsNonRoot and volume ownership (fsGroup) can rely on them.
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get update -qq \
-    && apt-get install -y -qq --no-install-recommends ca-certificates $(cat /tmp/runtime-packages) \
-    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages \
+    && apt-get install -y -qq --no-install-recommends ca-certificates /tmp/gradagg-server.deb \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/gradagg-server.deb \
     && echo 'gradagg:x:10001:10001:gradagg:/var/lib/gradagg:/usr/sbin/nologin' >> /etc/passwd \
     && echo 'gradagg:x:10001:' >> /etc/group \
     && mkdir -p /var/lib/gradagg \
     && chown 10001:10001 /var/lib/gradagg \
     && chmod 0750 /var/lib/gradagg
-# The server, and the SDK's example worker (client/examples/softmax_train.c) that
-# deploy/examples/training-job.yaml runs.
-COPY --from=builder /out/usr/local/bin/gradagg-server /out/usr/local/bin/softmax_train /usr/local/bin/
-RUN if ldd /usr/local/bin/gradagg-server /usr/local/bin/softmax_train | grep 'not found'; then exit 1; fi \
-    && /usr/local/bin/gradagg-server --help > /dev/null
+# The SDK's example worker (client/examples/softmax_train.c) that deploy/examples/training-job.yaml runs.
+COPY --from=builder /out/usr/local/bin/softmax_train /usr/local/bin/
+RUN if ldd /usr/bin/gradagg-server /usr/local/bin/softmax_train | grep 'not found'; then exit 1; fi \
+    && gradagg-server --help > /dev/null
 ENV GRADAGG_BACKEND=${BACKEND} \
     GRADAGG_LISTEN=0.0.0.0:7070 \
     GRADAGG_ADMIN_LISTEN=0.0.0.0:7071 \

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ga_alloc.h"
 #include "gradagg.h"
 
 typedef struct args {
@@ -133,12 +132,12 @@ static int make_dataset(const args *a, dataset *ds)
     ds->n = a->samples;
     ds->d = a->features;
     ds->c = a->classes;
-    ds->x = ga_malloc(ds->n * ds->d * sizeof(float));
-    ds->y = ga_malloc(ds->n * sizeof(int));
-    ds->tw = ga_malloc(ds->c * (ds->d + 1) * sizeof(float));
-    double *z = ga_malloc(ds->c * sizeof(double));
+    ds->x = malloc(ds->n * ds->d * sizeof(float));
+    ds->y = malloc(ds->n * sizeof(int));
+    ds->tw = malloc(ds->c * (ds->d + 1) * sizeof(float));
+    double *z = malloc(ds->c * sizeof(double));
     if (!ds->x || !ds->y || !ds->tw || !z) {
-        ga_free(z);
+        free(z);
         return -1;
     }
     uint64_t s = a->seed;
@@ -161,15 +160,15 @@ static int make_dataset(const args *a, dataset *ds)
         }
         ds->y[i] = label;
     }
-    ga_free(z);
+    free(z);
     return 0;
 }
 
 static void free_dataset(dataset *ds)
 {
-    ga_free(ds->x);
-    ga_free(ds->y);
-    ga_free(ds->tw);
+    free(ds->x);
+    free(ds->y);
+    free(ds->tw);
 }
 
 /* Mean cross-entropy and accuracy of (w, b) over samples [lo, hi). */
@@ -226,9 +225,9 @@ int main(int argc, char **argv)
     }
     dataset ds = {0};
     size_t nw = (size_t)a.classes * a.features;
-    float *w = ga_calloc(nw, sizeof(float)), *b = ga_calloc(a.classes, sizeof(float));
-    float *gw = ga_malloc(nw * sizeof(float)), *gb = ga_malloc(a.classes * sizeof(float));
-    double *z = ga_malloc(a.classes * sizeof(double));
+    float *w = calloc(nw, sizeof(float)), *b = calloc(a.classes, sizeof(float));
+    float *gw = malloc(nw * sizeof(float)), *gb = malloc(a.classes * sizeof(float));
+    double *z = malloc(a.classes * sizeof(double));
     if (!w || !b || !gw || !gb || !z || make_dataset(&a, &ds) != 0) {
         fprintf(stderr, "softmax_train: out of memory\n");
         return 1;
@@ -307,10 +306,10 @@ int main(int argc, char **argv)
 out:
     ga_client_destroy(cl);
     free_dataset(&ds);
-    ga_free(w);
-    ga_free(b);
-    ga_free(gw);
-    ga_free(gb);
-    ga_free(z);
+    free(w);
+    free(b);
+    free(gw);
+    free(gb);
+    free(z);
     return rc;
 }
