@@ -31,11 +31,12 @@ ARG CUDA_RUNTIME_BASE=
 FROM ${CUDA_BASE:-${BASE}} AS builder
 ARG CUDA
 ARG CUDA_ARCHITECTURES="80;90"
-# The build packages of scripts/bootstrap without the test, fuzzing and script tools it also installs.
+# The build packages of scripts/bootstrap without the test, fuzzing and script tools it also installs
+# (file and dpkg-dev: CPack's dpkg-shlibdeps).
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
-         build-essential cmake ninja-build pkg-config \
+         build-essential cmake ninja-build pkg-config file \
          libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libhttp-parser-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
