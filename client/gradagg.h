@@ -203,6 +203,17 @@ typedef struct ga_client_stats {
                                this worker moved back over, all shards together */
 } ga_client_stats;
 
+/* Fills the options that a launcher's environment gives, for the variables that are set and not
+ * empty (docs/launch.md has the table): server GRADAGG_SERVER; job GRADAGG_JOB, else torchrun's
+ * TORCHELASTIC_RUN_ID (not "none"); rank GRADAGG_RANK, else RANK (torchrun), else
+ * JOB_COMPLETION_INDEX (a Kubernetes indexed Job); world_size GRADAGG_WORLD_SIZE, else WORLD_SIZE;
+ * auth_token GRADAGG_AUTH_TOKEN; tls_ca_file, tls_cert_file, tls_key_file, tls_target_name
+ * GRADAGG_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _TARGET_NAME. Call it after GA_CLIENT_OPTIONS_INIT
+ * and before the options set in code, which then win. Strings point into the environment
+ * (borrowed; ga_client_create copies them). GA_E_INVAL (msg names the variable) when a rank or
+ * world size is not a decimal integer in range; *opt is then unchanged. */
+ga_status ga_client_options_from_env(ga_client_options *opt, char *msg, size_t msg_cap);
+
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for
  * bad options (also a TLS file that is not valid PEM of its kind), GA_E_IO (a TLS file cannot be
  * read), GA_E_UNAUTHENTICATED / GA_E_PERMISSION_DENIED (the token), the server's statuses (GA_E_JOB_CONFIG, GA_E_RANK, GA_E_RANK_HELD, ...),

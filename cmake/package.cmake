@@ -6,6 +6,8 @@
 # Built from a Release build configured for the /usr prefix:
 #   cmake -S . -B build/deb -G Ninja -DCMAKE_INSTALL_PREFIX=/usr -DGA_BUILD_TESTS=OFF -DGA_BUILD_BENCH=OFF
 #   ninja -C build/deb && (cd build/deb && cpack -G DEB)    -> build/deb/packages/*.deb
+# A CUDA build (GA_WITH_CUDA=ON) makes the same packages; its static libgradagg.a then also needs
+# the CUDA toolkit's cudart_static to link (not a Debian package, so not in Depends).
 # Installed with `apt install ./gradagg-server_*.deb` (the image does: Dockerfile);
 # scripts/check-container installs all three in a bare Debian 12 and builds programs against them.
 set(CPACK_PACKAGE_NAME gradagg)

@@ -20,8 +20,9 @@
 #include "gradagg.h"
 
 typedef struct args {
-    const char *server, *job, *codec;
-    uint32_t rank, world, steps, every, samples, features, classes, batch;
+    ga_client_options client; /* server, job, rank, world size, token and TLS */
+    const char *codec;
+    uint32_t steps, every, samples, features, classes, batch;
     float threshold, ratio, lr, momentum, teacher_scale;
     uint64_t seed;
 } args;
@@ -35,10 +36,17 @@ static void usage(void)
             "         [--samples n] [--features d] [--classes c] [--seed s]\n");
 }
 
+/* The options from the environment first (GRADAGG_SERVER, RANK, JOB_COMPLETION_INDEX, ...:
+ * docs/launch.md), then the flags. */
 static int parse_args(int argc, char **argv, args *a)
 {
-    *a = (args){"127.0.0.1:7070", "softmax", "none", 0, 1, 200, 20, 16384, 64, 10, 0,
-                0.0f, 0.0f, 1.0f, 0.0f, 4.0f, 42};
+    *a = (args){GA_CLIENT_OPTIONS_INIT, "none", 200, 20, 16384, 64, 10, 0, 0.0f, 0.0f, 1.0f, 0.0f, 4.0f, 42};
+    a->client.job = "softmax";
+    char msg[256];
+    if (ga_client_options_from_env(&a->client, msg, sizeof msg) != GA_OK) {
+        fprintf(stderr, "softmax_train: %s\n", msg);
+        return -1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(k, "--help") == 0 || strcmp(k, "-h") == 0) {
@@ -50,11 +58,11 @@ static int parse_args(int argc, char **argv, args *a)
             return -1;
         }
         i++;
-        if (strcmp(k, "--server") == 0) a->server = v;
-        else if (strcmp(k, "--job") == 0) a->job = v;
+        if (strcmp(k, "--server") == 0) a->client.server = v;
+        else if (strcmp(k, "--job") == 0) a->client.job = v;
         else if (strcmp(k, "--codec") == 0) a->codec = v;
-        else if (strcmp(k, "--rank") == 0) a->rank = (uint32_t)strtoul(v, NULL, 10);
-        else if (strcmp(k, "--world") == 0) a->world = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--rank") == 0) a->client.rank = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--world") == 0) a->client.world_size = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--steps") == 0) a->steps = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--every") == 0) a->every = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--samples") == 0) a->samples = (uint32_t)strtoul(v, NULL, 10);
@@ -72,7 +80,8 @@ static int parse_args(int argc, char **argv, args *a)
             return -1;
         }
     }
-    if (a->world == 0 || a->rank >= a->world || a->samples < a->world || a->features == 0 || a->classes < 2 ||
+    uint32_t world = a->client.world_size;
+    if (world == 0 || a->client.rank >= world || a->samples < world || a->features == 0 || a->classes < 2 ||
         a->every == 0) {
         fprintf(stderr, "softmax_train: need rank < world, samples >= world, features > 0, classes >= 2\n");
         return -1;
@@ -232,14 +241,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "softmax_train: out of memory\n");
         return 1;
     }
-    size_t slo = (size_t)a.rank * ds.n / a.world, shi = (size_t)(a.rank + 1) * ds.n / a.world;
+    size_t slo = (size_t)a.client.rank * ds.n / a.client.world_size, shi = (size_t)(a.client.rank + 1) * ds.n / a.client.world_size;
     size_t batch = a.batch && a.batch < shi - slo ? a.batch : shi - slo;
 
-    ga_client_options opt = GA_CLIENT_OPTIONS_INIT;
-    opt.server = a.server;
-    opt.job = a.job;
-    opt.rank = a.rank;
-    opt.world_size = a.world;
+    ga_client_options opt = a.client;
     opt.mean = true;
     opt.optimizer = GA_SERVER_OPTIM_SGD;
     opt.sgd.lr = a.lr;
@@ -250,7 +255,7 @@ int main(int argc, char **argv)
     int rc = 1;
     ga_status st = ga_client_create(&opt, &cl, msg, sizeof msg);
     if (st != GA_OK) {
-        fprintf(stderr, "softmax_train rank %u: %s\n", a.rank, msg);
+        fprintf(stderr, "softmax_train rank %u: %s\n", a.client.rank, msg);
         goto out;
     }
     ga_tensor_options topt = GA_TENSOR_OPTIONS_INIT;
@@ -262,15 +267,15 @@ int main(int argc, char **argv)
     if ((st = ga_client_add_tensor(cl, "softmax/w", wshape, 2, w, &topt, NULL)) != GA_OK ||
         (st = ga_client_add_tensor(cl, "softmax/b", bshape, 1, b, &topt, NULL)) != GA_OK ||
         (st = ga_client_init(cl)) != GA_OK) {
-        fprintf(stderr, "softmax_train rank %u: %s\n", a.rank, ga_client_error(cl));
+        fprintf(stderr, "softmax_train rank %u: %s\n", a.client.rank, ga_client_error(cl));
         goto out;
     }
     double loss, acc;
-    if (a.rank == 0) {
+    if (a.client.rank == 0) {
         evaluate(&ds, ds.tw, ds.tw + nw, 0, ds.n, z, &loss, &acc);
         printf("softmax_train: %zu samples, %zu features, %zu classes, %u ranks, codec %s, lr %g; "
                "teacher loss %.4f accuracy %.4f\n",
-               ds.n, ds.d, ds.c, a.world, a.codec, (double)a.lr, loss, acc);
+               ds.n, ds.d, ds.c, a.client.world_size, a.codec, (double)a.lr, loss, acc);
         fflush(stdout);
     }
     uint64_t pushed = 0, pulled = 0;
@@ -279,14 +284,14 @@ int main(int argc, char **argv)
         size_t lo = slo + (size_t)step * batch % (shi - slo);
         gradient(&ds, w, b, slo, shi, lo, batch, z, gw, gb);
         if ((st = ga_client_step(cl, grads)) != GA_OK) {
-            fprintf(stderr, "softmax_train rank %u: step %u: %s\n", a.rank, step, ga_client_error(cl));
+            fprintf(stderr, "softmax_train rank %u: step %u: %s\n", a.client.rank, step, ga_client_error(cl));
             goto out;
         }
         ga_client_stats s;
         ga_client_get_stats(cl, &s);
         pushed += s.bytes_pushed;
         pulled += s.bytes_pulled;
-        if (a.rank == 0 && ((step + 1) % a.every == 0 || step == 0)) {
+        if (a.client.rank == 0 && ((step + 1) % a.every == 0 || step == 0)) {
             evaluate(&ds, w, b, 0, ds.n, z, &loss, &acc);
             printf("step %4u  version %llu  loss %.4f  accuracy %.4f\n", step + 1,
                    (unsigned long long)ga_client_version(cl), loss, acc);
@@ -295,11 +300,11 @@ int main(int argc, char **argv)
     }
     ga_client_stats s;
     ga_client_get_stats(cl, &s);
-    if (a.rank == 0) {
+    if (a.client.rank == 0) {
         evaluate(&ds, w, b, 0, ds.n, z, &loss, &acc);
         printf("final loss %.6f accuracy %.6f\n", loss, acc);
     }
-    printf("stats rank %u bytes_pushed %llu bytes_pulled %llu steps %llu retries %llu late_pushes %llu\n", a.rank,
+    printf("stats rank %u bytes_pushed %llu bytes_pulled %llu steps %llu retries %llu late_pushes %llu\n", a.client.rank,
            (unsigned long long)pushed, (unsigned long long)pulled, (unsigned long long)s.steps,
            (unsigned long long)s.retries, (unsigned long long)s.late_pushes);
     rc = 0;

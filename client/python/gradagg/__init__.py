@@ -7,14 +7,16 @@
         for ...:
             c.step([grad_w])                                  # w now holds the new parameters
 
+Rank, world size, job and server left out come from torchrun's or a Kubernetes indexed Job's
+environment and GRADAGG_SERVER (gradagg.launch).
 PyTorch: gradagg.torch.DistributedOptimizer (imports torch; gradagg itself does not).
 Errors: gradagg.errors. Library search order: gradagg._lib (set GRADAGG_LIB to choose one).
 """
-from . import errors
+from . import errors, launch
 from ._lib import LIBRARY_PATH
 from .client import Client, TensorInfo, codec_id, codecs, cuda_built, cuda_device_count, delete_job
 from .errors import GradaggError
 from .options import DGC, SGD, Adam, Stats
 
-__all__ = ["Client", "delete_job", "TensorInfo", "SGD", "Adam", "DGC", "Stats", "GradaggError", "errors", "codecs", "codec_id",
-           "cuda_built", "cuda_device_count", "LIBRARY_PATH"]
+__all__ = ["Client", "delete_job", "launch", "TensorInfo", "SGD", "Adam", "DGC", "Stats", "GradaggError", "errors",
+           "codecs", "codec_id", "cuda_built", "cuda_device_count", "LIBRARY_PATH"]

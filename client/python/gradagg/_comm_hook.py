@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .client import Client, lane_job
+from .launch import from_environment
 from .options import DGC
 
 #: Distinct buckets (index, size) one state may reduce: each is a lane of the job.
@@ -42,10 +43,13 @@ class CommHookState:
     makes bursty (docs/benchmarks.md, "Training"). close() leaves the jobs; the state is also a
     context manager."""
 
-    def __init__(self, server: str, job: str, rank: int, world_size: int, *, codec: str = "none",
+    def __init__(self, server: Optional[str] = None, job: Optional[str] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, *, codec: str = "none",
                  threshold: Union[float, str, None] = None, auto_bits: float = 1.5, ratio: Optional[float] = None,
                  momentum: float = 0.0, dgc: Optional[DGC] = None, pull_codec: str = "none",
                  **client_kwargs: Any) -> None:
+        launch = from_environment(server, job, rank, world_size)
+        server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
         for k in ("optimizer", "mean", "mode", "lanes"):
             if k in client_kwargs:
                 raise TypeError(f"CommHookState: {k}= is fixed by the hook (a sync, mean, reduce-only job of one lane)")

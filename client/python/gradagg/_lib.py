@@ -78,6 +78,7 @@ ga_codec_has_residual = _fn("ga_codec_has_residual", ctypes.c_bool, [c_int])
 ga_cuda_built = _fn("ga_cuda_built", ctypes.c_bool, [])
 ga_cuda_device_count = _fn("ga_cuda_device_count", c_int, [])
 
+ga_client_options_from_env = _fn("ga_client_options_from_env", c_int, [P(S.ClientOptions), ctypes.c_char_p, c_size_t])
 ga_client_create = _fn("ga_client_create", c_int, [P(S.ClientOptions), P(c_void_p), ctypes.c_char_p, c_size_t])
 ga_client_destroy = _fn("ga_client_destroy", None, [c_void_p])
 ga_client_destroy_failed = _fn("ga_client_destroy_failed", None, [c_void_p, c_char_p])

@@ -22,6 +22,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from . import _lib, _structs as S
 from ._arrays import describe, synchronize
 from .errors import error_for
+from .launch import fill_options, from_environment
 from .options import DGC, SGD, Adam, Stats
 
 ArrayLike = Any  # numpy.ndarray | torch.Tensor (torch is optional)
@@ -180,6 +181,7 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size:
         raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
     o = S.ClientOptions()
     o.version = ctypes.sizeof(S.ClientOptions)
+    fill_options(o)  # the token and TLS files from the environment, unless given below
     if not isinstance(server, str):
         server = ",".join(str(a) for a in server)
     o.server = server.encode()
@@ -224,11 +226,10 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size:
     o.backoff_ms = _uint("backoff_ms", backoff_ms)
     o.backoff_max_ms = _uint("backoff_max_ms", backoff_max_ms)
     o.threads = _uint("threads", threads, (1 << 31) - 1)
-    o.tls_ca_file = _opt_str(tls_ca_file)
-    o.tls_cert_file = _opt_str(tls_cert_file)
-    o.tls_key_file = _opt_str(tls_key_file)
-    o.tls_target_name = _opt_str(tls_target_name)
-    o.auth_token = _opt_str(auth_token)
+    for field, value in (("tls_ca_file", tls_ca_file), ("tls_cert_file", tls_cert_file), ("tls_key_file", tls_key_file),
+                         ("tls_target_name", tls_target_name), ("auth_token", auth_token)):
+        if value is not None:
+            setattr(o, field, _opt_str(value))
     o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
     o.lanes = _uint("lanes", lanes)
     o.resume = bool(resume)
@@ -258,6 +259,9 @@ class Client:
     backoff for retry_budget_ms (10 minutes: a server's pod restarted or rescheduled; also bounded
     by max_retries when given), so a restart of the server costs the workers only the wait.
 
+    server, job, rank, world_size: each one not given comes from the environment (torchrun's RANK,
+    WORLD_SIZE and TORCHELASTIC_RUN_ID, a Kubernetes indexed Job's JOB_COMPLETION_INDEX,
+    GRADAGG_SERVER, ...: gradagg.launch, docs/launch.md), as do auth_token and the TLS files.
     server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
     on every rank: tensors of at least shard_split_elements elements are cut into one range per
     shard (0 = never), smaller ones go whole to one shard (docs/protocol.md, "Sharding").
@@ -274,17 +278,16 @@ class Client:
 
     _handle: Optional[ctypes.c_void_p] = None
 
-    def __init__(self, server: Union[str, Sequence[str]], job: str, rank: int, world_size: int,
-                 **options: Any) -> None:
+    def __init__(self, server: Union[str, Sequence[str], None] = None, job: Optional[str] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, **options: Any) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
         self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
-        o = _options(server, job, rank, world_size, **options)
-        if not isinstance(server, str):
-            server = ",".join(str(a) for a in server)
-        self.server, self.job, self.rank, self.world_size = str(server), str(job), rank, world_size
+        launch = from_environment(server, job, rank, world_size)
+        o = _options(launch.server, launch.job, launch.rank, launch.world_size, **options)
+        self.server, self.job, self.rank, self.world_size = launch.server, launch.job, launch.rank, launch.world_size
 
         handle = ctypes.c_void_p()
         msg = ctypes.create_string_buffer(1024)
@@ -572,13 +575,13 @@ class Client:
         return float(t.value), float(d.value)
 
 
-def delete_job(server: Union[str, Sequence[str]], job: str, **options: Any) -> None:
+def delete_job(server: Union[str, Sequence[str], None], job: str, **options: Any) -> None:
     """Deletes a job on every shard (and lane) of server: its parameters, journal, checkpoints
     and metric series (the DeleteJob RPC). options: a Client's connection options (lanes, the
     TLS files, auth_token, timeouts). Refused (gradagg.errors.RankHeldError) while a rank of it
     is live; UnknownJobError when no shard has it. A finished job is removed by the server by
-    itself after its --finished-job-retention-s."""
-    o = _options(server, job, 0, 1, **options)
+    itself after its --finished-job-retention-s. server None: GRADAGG_SERVER."""
+    o = _options(from_environment(server, job, 0, 1).server, job, 0, 1, **options)
     msg = ctypes.create_string_buffer(1024)
     st = _lib.ga_job_delete(ctypes.byref(o), msg, len(msg))
     if st != 0:

@@ -2,6 +2,9 @@
 
     opt = DistributedOptimizer(model.named_parameters(), server=addr, job="j", rank=r, world_size=w,
                                lr=0.1, momentum=0.9, codec="2bit", threshold=0.5)
+    # under torchrun (or a Kubernetes indexed Job) with GRADAGG_SERVER set, server, job, rank and
+    # world_size come from the environment (gradagg.launch):
+    opt = DistributedOptimizer(model.named_parameters(), lr=0.1, momentum=0.9, codec="2bit")
     for x, y in data:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
 
@@ -38,6 +41,7 @@ import torch
 
 from ._comm_hook import CommHookState, comm_hook
 from .client import Client, codec_has_residual, failure_text, lane_job
+from .launch import from_environment
 from .options import DGC, SGD, Adam
 
 __all__ = ["DistributedOptimizer", "CommHookState", "comm_hook", "bucket_plan", "MAX_BUCKETS", "TOPK_TRAINING"]
@@ -149,13 +153,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
     step() pushes everything.
     """
 
-    def __init__(self, params: Iterable[Any], *, server: str, job: str, rank: int, world_size: int,
-                 lr: Optional[float] = None, momentum: float = 0.0, weight_decay: float = 0.0,
+    def __init__(self, params: Iterable[Any], *, server: Optional[str] = None, job: Optional[str] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, lr: Optional[float] = None, momentum: float = 0.0, weight_decay: float = 0.0,
                  nesterov: bool = False,
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
                  overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
+        launch = from_environment(server, job, rank, world_size)
+        server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
         named = _named(params)
         #: fp32 master values of the float16 / bfloat16 parameters, by parameter index: the
         #: library trains these, and each step rounds them into the model's parameters.
