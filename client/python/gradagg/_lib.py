@@ -106,8 +106,8 @@ S.check_abi(ga_client_abi_layout, LIBRARY_PATH)
 
 
 def server_binary() -> Optional[str]:
-    """gradagg-server of the same build as the loaded library ($GRADAGG_SERVER first), or None."""
-    env = os.environ.get("GRADAGG_SERVER")
+    """gradagg-server of the same build as the loaded library ($GRADAGG_SERVER_BIN first), or None."""
+    env = os.environ.get("GRADAGG_SERVER_BIN")
     if env:
         return env
     p = Path(LIBRARY_PATH).resolve().parent.parent / "service" / "gradagg-server"

@@ -1,5 +1,5 @@
 """Fixtures: a real gradagg-server (the binary of the build the loaded libgradagg.so comes from,
-or $GRADAGG_SERVER) on 127.0.0.1:0 with a fresh data dir, killed at teardown."""
+or $GRADAGG_SERVER_BIN) on 127.0.0.1:0 with a fresh data dir, killed at teardown."""
 from __future__ import annotations
 
 import os
@@ -73,7 +73,7 @@ class Server:
 def server(tmp_path: Path) -> Iterator[Server]:
     binary = _lib.server_binary()
     if not binary:
-        pytest.fail(f"no gradagg-server next to {_lib.LIBRARY_PATH}; build it or set GRADAGG_SERVER")
+        pytest.fail(f"no gradagg-server next to {_lib.LIBRARY_PATH}; build it or set GRADAGG_SERVER_BIN")
     s = Server(binary, tmp_path)
     try:
         yield s

@@ -21,7 +21,7 @@ SPLIT = 2048  # shard_split_elements: the 64x64 weight (4 units of 1024) is cut,
 def two_servers(tmp_path: Path) -> Iterator[Tuple[Server, Server]]:
     binary = gradagg._lib.server_binary()
     if not binary:
-        pytest.fail(f"no gradagg-server next to {gradagg._lib.LIBRARY_PATH}; build it or set GRADAGG_SERVER")
+        pytest.fail(f"no gradagg-server next to {gradagg._lib.LIBRARY_PATH}; build it or set GRADAGG_SERVER_BIN")
     made: List[Server] = []
     try:
         for i in range(2):
