@@ -1,6 +1,6 @@
 # What `cmake --install` puts in place, in three components that are also the Debian packages
 # (cmake/package.cmake):
-#   server   bin/gradagg-server                                          -> gradagg-server
+#   server   bin/gradagg-server, bin/gradagg (the command line tool)   -> gradagg-server
 #   runtime  lib/libgradagg.so.0 (the C SDK)                             -> libgradagg0
 #   dev      include/gradagg/*.h, lib/libgradagg.{so,a}, pkgconfig/gradagg.pc,
 #            lib/cmake/gradagg/ (find_package(gradagg))                  -> libgradagg-dev
@@ -14,7 +14,7 @@ set(GA_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/gradagg)
 set(GA_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/gradagg)
 set(GA_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-install(TARGETS gradagg-server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT server)
+install(TARGETS gradagg-server gradagg_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT server)
 install(TARGETS gradagg_shared
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_SKIP)
 install(TARGETS gradagg_shared

@@ -220,41 +220,65 @@ static bool bearer_token(const char *v, size_t len, const char **tok, size_t *tl
     return true;
 }
 
-ga_status ga_auth_check(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries, char *why,
-                        size_t cap)
+/* The check of ga_auth_check (op false) and ga_auth_check_operator (op true). */
+static ga_status check(const ga_auth *a, const char *job, bool op, const char *value, size_t len, size_t entries,
+                       char *why, size_t cap)
 {
     if (!a) return GA_OK;
-    if (!job) job = "";
+    const char *named = job ? job : "(every job)";
     if (!value || entries == 0)
         return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap,
                               "job '%.100s': no 'authorization: Bearer <token>' metadata (the server requires a "
                               "token per job)",
-                              job);
+                              named);
     if (entries > 1)
         return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap, "job '%.100s': %zu authorization entries, expected one",
-                              job, entries);
+                              named, entries);
     const char *tok;
     size_t tlen;
     if (!bearer_token(value, len, &tok, &tlen))
         return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap,
-                              "job '%.100s': malformed authorization metadata (expected 'Bearer <token>')", job);
+                              "job '%.100s': malformed authorization metadata (expected 'Bearer <token>')", named);
     unsigned char d[DIGEST];
     if (!digest_of(tok, tlen, d)) return ga_status_fail(GA_E_NOMEM, why, cap, "cannot digest the token (libcrypto)");
     /* Every entry is compared (no early exit), so the time says nothing about which token
      * matched or whether the job exists. */
-    /* A lane of a job (ga_lane.h) is granted by the job's token as well as by its own. */
-    size_t len_job = strlen(job), len_base = ga_lane_base_len(job, len_job);
-    bool known = false, mine = false;
+    /* A lane of a job (ga_lane.h) is granted by the job's token as well as by its own. An
+     * operator entry (GA_AUTH_OPERATOR) never grants a job of that name. */
+    size_t len_job = job ? strlen(job) : 0, len_base = job ? ga_lane_base_len(job, len_job) : 0;
+    bool known = false, mine = false, operator_match = false;
     for (size_t i = 0; i < a->n; i++) {
         bool match = CRYPTO_memcmp(a->e[i].digest, d, DIGEST) == 0;
+        bool is_operator = strcmp(a->e[i].job, GA_AUTH_OPERATOR) == 0;
         size_t len_entry = strlen(a->e[i].job);
-        bool this_job = (len_entry == len_job || len_entry == len_base) && memcmp(a->e[i].job, job, len_entry) == 0;
+        bool this_job = job && !is_operator && (len_entry == len_job || len_entry == len_base) &&
+                        memcmp(a->e[i].job, job, len_entry) == 0;
         known |= match;
         mine |= match & this_job;
+        operator_match |= match & is_operator;
     }
     OPENSSL_cleanse(d, sizeof d);
-    if (mine) return GA_OK;
-    if (!known) return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap, "job '%.100s': the bearer token is not valid", job);
+    if (mine || (op && operator_match)) return GA_OK;
+    if (!known) return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap, "job '%.100s': the bearer token is not valid", named);
+    if (operator_match)
+        return ga_status_fail(GA_E_PERMISSION_DENIED, why, cap,
+                              "job '%.100s': an operator token grants Status, DeleteJob and ListJobs only", named);
+    if (!job)
+        return ga_status_fail(GA_E_PERMISSION_DENIED, why, cap,
+                              "listing every job needs an operator token (a '%s' line of --auth-tokens)",
+                              GA_AUTH_OPERATOR);
     return ga_status_fail(GA_E_PERMISSION_DENIED, why, cap, "job '%.100s': the bearer token does not grant this job",
-                          job);
+                          named);
+}
+
+ga_status ga_auth_check(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries, char *why,
+                        size_t cap)
+{
+    return check(a, job ? job : "", false, value, len, entries, why, cap);
+}
+
+ga_status ga_auth_check_operator(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries,
+                                 char *why, size_t cap)
+{
+    return check(a, job, true, value, len, entries, why, cap);
 }

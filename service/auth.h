@@ -14,6 +14,9 @@ typedef struct ga_auth ga_auth;
 /* Shortest and longest token accepted in the file. */
 #define GA_AUTH_TOKEN_MIN 16u
 #define GA_AUTH_TOKEN_MAX 4096u
+/* The job name of an operator's token in the file: it grants the operators' methods (Status,
+ * DeleteJob, ListJobs) for every job, and no training method for any. */
+#define GA_AUTH_OPERATOR "*"
 /* The request metadata key, and the scheme its value starts with. */
 #define GA_AUTH_METADATA_KEY "authorization"
 #define GA_AUTH_SCHEME "Bearer"
@@ -36,14 +39,20 @@ size_t ga_auth_jobs(const ga_auth *a);
 /* Checks one call: `value` (len bytes; NULL = absent) is its "authorization" metadata, `entries`
  * how many such entries it carried, `job` the job it names.
  *  - GA_E_UNAUTHENTICATED: absent, repeated, not "Bearer <token>", or a token no job has;
- *  - GA_E_PERMISSION_DENIED: a token of another job, or a job without a token (whether the job
- *    exists is not told);
+ *  - GA_E_PERMISSION_DENIED: a token of another job, an operator token (GA_AUTH_OPERATOR), or a
+ *    job without a token (whether the job exists is not told);
  *  - GA_OK: the job's own token, or, for a lane of a job ("<job>/lane<k>", ga_lane.h), that
  *    job's token.
  * Every configured token is compared, in constant time, whatever the outcome. The message names
  * the job, never the token. */
 ga_status ga_auth_check(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries, char *why,
                         size_t cap);
+
+/* ga_auth_check for an operator's method (Status, DeleteJob, ListJobs): also GA_OK for an
+ * operator token (a GA_AUTH_OPERATOR line). job NULL: the call names every job (ListJobs), which
+ * only an operator token grants. */
+ga_status ga_auth_check_operator(const ga_auth *a, const char *job, const char *value, size_t len, size_t entries,
+                                 char *why, size_t cap);
 
 /* Wipes and frees. NULL is a no-op. */
 void ga_auth_destroy(ga_auth *a);

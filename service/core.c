@@ -223,24 +223,6 @@ void ga_core_job_idle(void *arg)
 
 /* ---- Join ---- */
 
-static void tensor_infos(const ga_job *job, Gradagg__V1__TensorInfo *infos, Gradagg__V1__TensorInfo **ptrs,
-                         size_t *count)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < job->ntensors; i++) {
-        const ga_tensor *t = &job->tensors[i];
-        if (!t->ready) continue;
-        gradagg__v1__tensor_info__init(&infos[k]);
-        infos[k].name = t->name;
-        infos[k].n_shape = t->ndim;
-        infos[k].shape = t->shape;
-        infos[k].elements = t->elements;
-        ptrs[k] = &infos[k];
-        k++;
-    }
-    *count = k;
-}
-
 static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
 {
     ga_job_settings set;
@@ -478,7 +460,7 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     resp.open_step = job->async ? job->version : job->step.step;
     resp.world_size = job->world;
     resp.heartbeat_ms = c->opt.rank_lost_ms / 4 ? c->opt.rank_lost_ms / 4 : 1;
-    tensor_infos(job, infos, ptrs, &resp.n_tensors);
+    ga_core_tensor_infos(job, infos, ptrs, &resp.n_tensors);
     resp.tensors = ptrs;
     ga_call_finish(call, &resp.base, GA_OK, NULL);
     ga_free(infos), ga_free(ptrs);
@@ -543,56 +525,6 @@ ok:;
     return;
 done:
     ga_call_finish(call, NULL, st, "%s", why);
-    protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
-}
-
-/* ---- Status ---- */
-
-void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req)
-{
-    ga_job *job = ga_core_job(c, req->job);
-    if (!job) {
-        ga_call_finish(call, NULL, GA_E_UNKNOWN_JOB, "job '%s' does not exist", req->job ? req->job : "");
-        protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
-        return;
-    }
-    Gradagg__V1__StatusResponse resp = GRADAGG__V1__STATUS_RESPONSE__INIT;
-    Gradagg__V1__MemberStatus *ms = ga_malloc(job->world * sizeof *ms);
-    Gradagg__V1__MemberStatus **mp = ga_malloc(job->world * sizeof *mp);
-    Gradagg__V1__TensorInfo *infos = ga_malloc((job->ntensors + 1) * sizeof *infos);
-    Gradagg__V1__TensorInfo **tp = ga_malloc((job->ntensors + 1) * sizeof *tp);
-    if (!ms || !mp || !infos || !tp) {
-        ga_call_finish(call, NULL, GA_E_NOMEM, "out of memory answering the status of job '%s'", job->name);
-        goto out;
-    }
-    resp.job = job->name;
-    resp.config = job->config;
-    resp.version = job->version;
-    resp.open_step = job->async ? job->version : job->step.step;
-    resp.committed = job->async ? 0 : job->step.committed;
-    for (uint32_t r = 0; r < job->world; r++) {
-        const ga_member *m = &job->members[r];
-        gradagg__v1__member_status__init(&ms[r]);
-        ms[r].rank = r;
-        ms[r].incarnation = m->incarnation;
-        ms[r].joined = m->incarnation != 0 && !m->left;
-        ms[r].has_pushed = m->has_pushed;
-        ms[r].last_step = m->last_step;
-        mp[r] = &ms[r];
-    }
-    resp.n_members = job->world;
-    resp.members = mp;
-    tensor_infos(job, infos, tp, &resp.n_tensors);
-    resp.tensors = tp;
-    resp.late_pushes = job->late_pushes;
-    resp.deadline_closes = job->deadline_closes;
-    resp.duplicate_pushes = job->duplicate_pushes;
-    resp.steps = job->steps;
-    resp.accumulate_seconds = job->accumulate_seconds;
-    resp.apply_seconds = job->apply_seconds;
-    ga_call_finish(call, &resp.base, GA_OK, NULL);
-out:
-    ga_free(ms), ga_free(mp), ga_free(infos), ga_free(tp);
     protobuf_c_message_free_unpacked(&req->base, &ga_wire_allocator);
 }
 

@@ -90,7 +90,8 @@ void ga_core_push(ga_core *c, ga_call *call, ga_push *push);
  * get. Borrows job; the caller holds the call. */
 void ga_core_stream_check(ga_core *c, ga_call *call, const char *job, uint32_t rank, uint64_t incarnation);
 void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req);
-void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req);
+void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req);       /* core_status.c */
+void ga_core_list_jobs(ga_core *c, ga_call *call, Gradagg__V1__ListJobsRequest *req); /* core_status.c */
 void ga_core_heartbeat(ga_core *c, ga_call *call, Gradagg__V1__HeartbeatRequest *req); /* core_ranks.c */
 void ga_core_delete_job(ga_core *c, ga_call *call, Gradagg__V1__DeleteJobRequest *req); /* core_life.c */
 /* The client of `call` (a waiting pull or health watch) has gone: finish it

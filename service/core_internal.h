@@ -36,6 +36,10 @@ struct ga_core {
 };
 
 ga_job *ga_core_job(ga_core *c, const char *name);
+/* The ready tensors of job as TensorInfo messages into infos / ptrs (job->ntensors entries at
+ * most), borrowing its names and shapes; *count of them (core_status.c). */
+void ga_core_tensor_infos(const ga_job *job, Gradagg__V1__TensorInfo *infos, Gradagg__V1__TensorInfo **ptrs,
+                          size_t *count);
 /* ga_core_job, and when there is no such job: NULL with *st = GA_E_UNKNOWN_JOB and the message
  * in why[0..GA_WHY_CAP). */
 ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why);

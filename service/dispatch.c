@@ -80,6 +80,7 @@ static void run_request(void *arg)
     case GA_METHOD_STATUS: ga_core_status(d->core, j->call, j->payload); break;
     case GA_METHOD_HEARTBEAT: ga_core_heartbeat(d->core, j->call, j->payload); break;
     case GA_METHOD_DELETE_JOB: ga_core_delete_job(d->core, j->call, j->payload); break;
+    case GA_METHOD_LIST_JOBS: ga_core_list_jobs(d->core, j->call, j->payload); break;
     case GA_METHOD_HEALTH_CHECK: ga_health_check(d->health, j->call, j->payload); break;
     case GA_METHOD_HEALTH_WATCH: ga_health_watch(d->health, j->call, j->payload); break;
     case GA_METHOD_PUSH: ga_core_push(d->core, j->call, j->payload); break;
@@ -151,8 +152,8 @@ static void post_stream_check(ga_dispatch *d, ga_call *call, char *name, uint32_
     }
 }
 
-/* Whether a method names a job, and which one this request or chunk names. Health names none:
- * probes carry no token. */
+/* Whether a method names a job, and which one this request or chunk names (NULL: every job).
+ * Health names none: probes carry no token. */
 static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **job)
 {
     switch (m) {
@@ -164,6 +165,7 @@ static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **
     case GA_METHOD_STATUS: *job = ((const Gradagg__V1__StatusRequest *)msg)->job; return true;
     case GA_METHOD_HEARTBEAT: *job = ((const Gradagg__V1__HeartbeatRequest *)msg)->job; return true;
     case GA_METHOD_DELETE_JOB: *job = ((const Gradagg__V1__DeleteJobRequest *)msg)->job; return true;
+    case GA_METHOD_LIST_JOBS: *job = NULL; return true; /* every job */
     case GA_METHOD_HEALTH_CHECK:
     case GA_METHOD_HEALTH_WATCH:
     case GA_METHODS: break;
@@ -182,7 +184,9 @@ static ga_status authorize(const ga_dispatch *d, ga_call *call, ga_method_id m, 
     const char *value;
     size_t len;
     size_t n = ga_call_metadata(call, GA_AUTH_METADATA_KEY, &value, &len);
-    ga_status st = ga_auth_check(auth, job, value, len, n, why, cap);
+    bool operators = m == GA_METHOD_STATUS || m == GA_METHOD_DELETE_JOB || m == GA_METHOD_LIST_JOBS;
+    ga_status st = operators ? ga_auth_check_operator(auth, job, value, len, n, why, cap)
+                             : ga_auth_check(auth, job, value, len, n, why, cap);
     if (st != GA_OK) ga_log(GA_LOG_WARN, "%s from %s refused: %s", ga_methods[m].name, ga_call_peer(call), why);
     return st;
 }

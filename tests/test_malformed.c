@@ -37,6 +37,7 @@
 
 #define TOK_A "alpha-0123456789abcdef"
 #define TOK_B "beta-0123456789abcdef0"
+#define TOK_OP "operator-0123456789abcdef" /* the token file's "*" line */
 #define N 64
 #define INC_A 11u
 #define INC_B 22u
@@ -312,6 +313,12 @@ static bytes delete_req(const char *job)
     return packed(&r.base);
 }
 
+static bytes list_jobs_req(void)
+{
+    Gradagg__V1__ListJobsRequest r = GRADAGG__V1__LIST_JOBS_REQUEST__INIT;
+    return packed(&r.base);
+}
+
 static bytes health_req(const char *service)
 {
     Grpc__Health__V1__HealthCheckRequest r = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -334,6 +341,7 @@ static bytes valid(ga_method_id m)
     case GA_METHOD_STATUS: return status_req("alpha");              /* OK */
     case GA_METHOD_HEARTBEAT: return heartbeat_req("alpha", INC_A + 100); /* not a member: refused */
     case GA_METHOD_DELETE_JOB: return delete_req("alpha");          /* a live rank: refused */
+    case GA_METHOD_LIST_JOBS: return list_jobs_req();               /* OK */
     case GA_METHOD_HEALTH_CHECK: return health_req("");             /* OK */
     default: fail_msg("no valid request for %s", ga_methods[m].name);
     }
@@ -392,7 +400,7 @@ typedef enum body {
     LONG_NAME,      /* a push chunk naming a tensor of 64 KiB (no tensor may have over 1024 bytes) */
 } body;
 
-typedef enum auth { OWN, NONE, OTHER_JOB, UNKNOWN_TOKEN, BASIC, BEARER_ONLY, TWO_ENTRIES } auth;
+typedef enum auth { OWN, NONE, OTHER_JOB, UNKNOWN_TOKEN, BASIC, BEARER_ONLY, TWO_ENTRIES, OPERATOR } auth;
 
 typedef struct row {
     ga_method_id m;
@@ -504,6 +512,7 @@ static size_t auth_values(auth a, const char **out)
     case BASIC: out[0] = "Basic " TOK_A; return 1;
     case BEARER_ONLY: out[0] = "Bearer"; return 1;
     case TWO_ENTRIES: out[0] = "Bearer " TOK_A, out[1] = "Bearer " TOK_A; return 2;
+    case OPERATOR: out[0] = "Bearer " TOK_OP; return 1;
     }
     return 0;
 }
@@ -514,7 +523,8 @@ static const char *const body_names[] = {"valid", "truncated", "payload cut shor
                                          "second chunk for another job", "second chunk truncated",
                                          "tensor name of 64 KiB"};
 static const char *const auth_names[] = {"own token", "no token", "another job's token", "unknown token",
-                                         "Basic scheme", "Bearer without a token", "two authorization entries"};
+                                         "Basic scheme", "Bearer without a token", "two authorization entries",
+                                         "an operator token"};
 
 #define INVALID GRPC_STATUS_INVALID_ARGUMENT
 #define PROTO(m) {m, NULL, TRUNCATED, OWN, INVALID, "GA_E_PROTO"}, {m, NULL, HUGE_LENGTH, OWN, INVALID, "GA_E_PROTO"}, \
@@ -593,6 +603,21 @@ static const row rows[] = {
     {GA_METHOD_DELETE_JOB, NULL, EMPTY, OWN, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
     {GA_METHOD_DELETE_JOB, NULL, NO_MESSAGE, OWN, INVALID, "GA_E_PROTO"},
     TOKENS(GA_METHOD_DELETE_JOB),
+    /* ListJobs names every job: only an operator token grants it; that token grants the
+     * operators' methods of any job (Status, DeleteJob) and no training method. */
+    {GA_METHOD_LIST_JOBS, NULL, VALID, OPERATOR, GRPC_STATUS_OK, ""},
+    {GA_METHOD_LIST_JOBS, NULL, UNKNOWN_FIELDS, OPERATOR, GRPC_STATUS_OK, ""},
+    {GA_METHOD_LIST_JOBS, NULL, NOT_PROTOBUF, OPERATOR, INVALID, "GA_E_PROTO"},
+    {GA_METHOD_LIST_JOBS, NULL, OVERSIZE, OPERATOR, GRPC_STATUS_RESOURCE_EXHAUSTED, ""},
+    {GA_METHOD_LIST_JOBS, NULL, NO_MESSAGE, OPERATOR, INVALID, "GA_E_PROTO"},
+    {GA_METHOD_LIST_JOBS, NULL, VALID, OWN, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    {GA_METHOD_LIST_JOBS, NULL, VALID, NONE, GRPC_STATUS_UNAUTHENTICATED, "GA_E_UNAUTHENTICATED"},
+    {GA_METHOD_LIST_JOBS, NULL, VALID, UNKNOWN_TOKEN, GRPC_STATUS_UNAUTHENTICATED, "GA_E_UNAUTHENTICATED"},
+    {GA_METHOD_STATUS, NULL, VALID, OPERATOR, GRPC_STATUS_OK, ""},
+    {GA_METHOD_DELETE_JOB, NULL, VALID, OPERATOR, GRPC_STATUS_ALREADY_EXISTS, "GA_E_RANK_HELD"},
+    {GA_METHOD_JOIN, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    {GA_METHOD_PUSH, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    {GA_METHOD_PULL, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
     /* Health needs no token; an empty request asks for the whole server. */
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, NONE, GRPC_STATUS_OK, ""},
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, BASIC, GRPC_STATUS_OK, ""},
@@ -635,7 +660,7 @@ static int setup(void **state)
     cfg.log_level = GA_LOG_ERROR;
     cfg.max_message_mb = LIMIT_MB;
     snprintf(cfg.auth_tokens, sizeof cfg.auth_tokens, "%s/tokens", base);
-    write_file(cfg.auth_tokens, "alpha " TOK_A "\nbeta " TOK_B "\n");
+    write_file(cfg.auth_tokens, "alpha " TOK_A "\nbeta " TOK_B "\n* " TOK_OP "\n");
     assert_int_equal(ga_server_start(&cfg, &server), GA_OK);
     snprintf(target, sizeof target, "127.0.0.1:%d", ga_server_port(server));
     grpc_init();

@@ -15,6 +15,7 @@
 #include "ga_codec.h"
 
 #define TOKEN "fuzz-token-0123456789"
+#define OPERATOR_TOKEN "operator-token-0123456" /* fuzz_message.c's "*" line */
 #define OTHER "other-token-012345678"
 
 static char dir[1024];
@@ -354,6 +355,13 @@ static void message_seeds(void)
     message_seed("delete_live", GA_METHOD_DELETE_JOB, 0, bearer, &del.base);
     del.job = "nope";
     message_seed("delete_unknown", GA_METHOD_DELETE_JOB, 0, bearer, &del.base);
+
+    Gradagg__V1__ListJobsRequest list = GRADAGG__V1__LIST_JOBS_REQUEST__INIT;
+    message_seed("list_jobs_operator", GA_METHOD_LIST_JOBS, 0, "Bearer " OPERATOR_TOKEN, &list.base);
+    message_seed("list_jobs_job_token", GA_METHOD_LIST_JOBS, 0, bearer, &list.base);
+    message_seed("list_jobs_no_token", GA_METHOD_LIST_JOBS, 0, NULL, &list.base);
+    status.job = FUZZ_JOB;
+    message_seed("status_operator", GA_METHOD_STATUS, 0, "Bearer " OPERATOR_TOKEN, &status.base);
 
     Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     message_seed("health_all", GA_METHOD_HEALTH_CHECK, 0, NULL, &hc.base);

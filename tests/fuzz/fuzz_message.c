@@ -40,6 +40,7 @@
 
 #define FUZZ_TOKEN "fuzz-token-0123456789"
 #define OTHER_TOKEN "other-token-012345678"
+#define OPERATOR_TOKEN "operator-token-0123456" /* the "*" line: Status, DeleteJob, ListJobs of any job */
 #define MAX_DECODE_ELEMS (1u << 20)
 
 static ga_auth *auth;
@@ -51,7 +52,7 @@ static bool verbose; /* FUZZ_VERBOSE=1: each input's outcome on stderr (checking
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    static const char tokens[] = "fuzz-job " FUZZ_TOKEN "\nother " OTHER_TOKEN "\n";
+    static const char tokens[] = "fuzz-job " FUZZ_TOKEN "\nother " OTHER_TOKEN "\n* " OPERATOR_TOKEN "\n";
     char why[256];
     FUZZ_CHECK(ga_auth_parse(tokens, sizeof tokens - 1, "fuzz", &auth, why, sizeof why) == GA_OK, "%s", why);
     FUZZ_CHECK(ga_health_create(&health) == GA_OK, "health");
@@ -152,12 +153,19 @@ static bool carries(const char *v, const char *token)
     return strcmp(v, token) == 0;
 }
 
-static ga_status auth_model(const char *job, const char *value)
+/* The operators' methods, which an operator token grants for every job (auth.h). */
+static bool operators_method(ga_method_id m)
 {
-    if (!job) job = "";
-    bool fuzz = carries(value, FUZZ_TOKEN), other = carries(value, OTHER_TOKEN);
-    if (!fuzz && !other) return GA_E_UNAUTHENTICATED;
-    if ((fuzz && strcmp(job, "fuzz-job") == 0) || (other && strcmp(job, "other") == 0)) return GA_OK;
+    return m == GA_METHOD_STATUS || m == GA_METHOD_DELETE_JOB || m == GA_METHOD_LIST_JOBS;
+}
+
+/* job NULL: the method names every job (ListJobs). */
+static ga_status auth_model(ga_method_id m, const char *job, const char *value)
+{
+    bool fuzz = carries(value, FUZZ_TOKEN), other = carries(value, OTHER_TOKEN), op = carries(value, OPERATOR_TOKEN);
+    if (!fuzz && !other && !op) return GA_E_UNAUTHENTICATED;
+    if (job && ((fuzz && strcmp(job, "fuzz-job") == 0) || (other && strcmp(job, "other") == 0))) return GA_OK;
+    if (op && operators_method(m)) return GA_OK;
     return GA_E_PERMISSION_DENIED;
 }
 
@@ -185,7 +193,7 @@ static void stream_chunk(ga_method_id m, ProtobufCMessage *msg, const char *auth
     ProtobufCMessage *again = round_trip(msg), *tokened = round_trip(msg);
     if (m == GA_METHOD_PUSH) zero_copy_round_trip(msg, &((Gradagg__V1__PushChunk *)msg)->payload);
     else zero_copy_round_trip(msg, &((Gradagg__V1__InitChunk *)msg)->values);
-    ga_status model = auth_model(job_of(m, msg), authz);
+    ga_status model = auth_model(m, job_of(m, msg), authz);
     ga_call *call = fake_call_new();
     call->authorization = authz;
     char why[256] = "";
@@ -262,6 +270,7 @@ static void core_call(ga_method_id m, ProtobufCMessage *msg)
     case GA_METHOD_STATUS: ga_core_status(h.core, call, (Gradagg__V1__StatusRequest *)msg); break;
     case GA_METHOD_HEARTBEAT: ga_core_heartbeat(h.core, call, (Gradagg__V1__HeartbeatRequest *)msg); break;
     case GA_METHOD_DELETE_JOB: ga_core_delete_job(h.core, call, (Gradagg__V1__DeleteJobRequest *)msg); break;
+    case GA_METHOD_LIST_JOBS: ga_core_list_jobs(h.core, call, (Gradagg__V1__ListJobsRequest *)msg); break;
     default: FUZZ_CHECK(false, "not a core request");
     }
     fuzz_settle(&h);
@@ -344,9 +353,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case GA_METHOD_HEALTH_WATCH: health_call(m, msg); break;
     default: {
         char why[256];
-        ga_status model = auth_model(job_of(m, msg), authz);
-        ga_status got = ga_auth_check(auth, job_of(m, msg), authz, authz ? strlen(authz) : 0, authz ? 1 : 0, why,
-                                      sizeof why);
+        ga_status model = auth_model(m, job_of(m, msg), authz);
+        size_t len = authz ? strlen(authz) : 0, n = authz ? 1 : 0;
+        ga_status got = operators_method(m) ? ga_auth_check_operator(auth, job_of(m, msg), authz, len, n, why, sizeof why)
+                                            : ga_auth_check(auth, job_of(m, msg), authz, len, n, why, sizeof why);
         FUZZ_CHECK(got == model, "token check %s, model %s", ga_status_name(got), ga_status_name(model));
         core_call(m, msg);
         break;
