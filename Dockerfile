@@ -67,10 +67,11 @@ LABEL org.opencontainers.image.title="gradagg-server" \
       org.opencontainers.image.source="https://example.invalid/gradagg" \
       org.opencontainers.image.licenses="NOASSERTION"
 COPY --from=builder /out/gradagg-server.deb /tmp/gradagg-server.deb
-# The server's package, and with it the shared libraries it needs (no -dev, no compiler); ldd
-# proves every one resolves for the server and the example worker, which links the same ones. The user is written
-# into /etc/passwd directly: minimal bases have no useradd. Fixed ids so Kubernetes'
-# runAsNonRoot and volume ownership (fsGroup) can rely on them.
+# The server's package (gradagg-server and the command line tool gradagg), and with it the shared
+# libraries they need (no -dev, no compiler); ldd proves every one resolves for the server and the
+# example worker, which links the same ones. The user is written into /etc/passwd directly:
+# minimal bases have no useradd. Fixed ids so Kubernetes' runAsNonRoot and volume ownership
+# (fsGroup) can rely on them.
 RUN export DEBIAN_FRONTEND=noninteractive \
     && apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends ca-certificates /tmp/gradagg-server.deb \

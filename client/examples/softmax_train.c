@@ -241,7 +241,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "softmax_train: out of memory\n");
         return 1;
     }
-    size_t slo = (size_t)a.client.rank * ds.n / a.client.world_size, shi = (size_t)(a.client.rank + 1) * ds.n / a.client.world_size;
+    uint32_t rank = a.client.rank, world = a.client.world_size;
+    size_t slo = (size_t)rank * ds.n / world, shi = (size_t)(rank + 1) * ds.n / world;
     size_t batch = a.batch && a.batch < shi - slo ? a.batch : shi - slo;
 
     ga_client_options opt = a.client;
@@ -255,7 +256,7 @@ int main(int argc, char **argv)
     int rc = 1;
     ga_status st = ga_client_create(&opt, &cl, msg, sizeof msg);
     if (st != GA_OK) {
-        fprintf(stderr, "softmax_train rank %u: %s\n", a.client.rank, msg);
+        fprintf(stderr, "softmax_train rank %u: %s\n", rank, msg);
         goto out;
     }
     ga_tensor_options topt = GA_TENSOR_OPTIONS_INIT;
@@ -267,15 +268,15 @@ int main(int argc, char **argv)
     if ((st = ga_client_add_tensor(cl, "softmax/w", wshape, 2, w, &topt, NULL)) != GA_OK ||
         (st = ga_client_add_tensor(cl, "softmax/b", bshape, 1, b, &topt, NULL)) != GA_OK ||
         (st = ga_client_init(cl)) != GA_OK) {
-        fprintf(stderr, "softmax_train rank %u: %s\n", a.client.rank, ga_client_error(cl));
+        fprintf(stderr, "softmax_train rank %u: %s\n", rank, ga_client_error(cl));
         goto out;
     }
     double loss, acc;
-    if (a.client.rank == 0) {
+    if (rank == 0) {
         evaluate(&ds, ds.tw, ds.tw + nw, 0, ds.n, z, &loss, &acc);
         printf("softmax_train: %zu samples, %zu features, %zu classes, %u ranks, codec %s, lr %g; "
                "teacher loss %.4f accuracy %.4f\n",
-               ds.n, ds.d, ds.c, a.client.world_size, a.codec, (double)a.lr, loss, acc);
+               ds.n, ds.d, ds.c, world, a.codec, (double)a.lr, loss, acc);
         fflush(stdout);
     }
     uint64_t pushed = 0, pulled = 0;
@@ -284,14 +285,14 @@ int main(int argc, char **argv)
         size_t lo = slo + (size_t)step * batch % (shi - slo);
         gradient(&ds, w, b, slo, shi, lo, batch, z, gw, gb);
         if ((st = ga_client_step(cl, grads)) != GA_OK) {
-            fprintf(stderr, "softmax_train rank %u: step %u: %s\n", a.client.rank, step, ga_client_error(cl));
+            fprintf(stderr, "softmax_train rank %u: step %u: %s\n", rank, step, ga_client_error(cl));
             goto out;
         }
         ga_client_stats s;
         ga_client_get_stats(cl, &s);
         pushed += s.bytes_pushed;
         pulled += s.bytes_pulled;
-        if (a.client.rank == 0 && ((step + 1) % a.every == 0 || step == 0)) {
+        if (rank == 0 && ((step + 1) % a.every == 0 || step == 0)) {
             evaluate(&ds, w, b, 0, ds.n, z, &loss, &acc);
             printf("step %4u  version %llu  loss %.4f  accuracy %.4f\n", step + 1,
                    (unsigned long long)ga_client_version(cl), loss, acc);
@@ -300,11 +301,11 @@ int main(int argc, char **argv)
     }
     ga_client_stats s;
     ga_client_get_stats(cl, &s);
-    if (a.client.rank == 0) {
+    if (rank == 0) {
         evaluate(&ds, w, b, 0, ds.n, z, &loss, &acc);
         printf("final loss %.6f accuracy %.6f\n", loss, acc);
     }
-    printf("stats rank %u bytes_pushed %llu bytes_pulled %llu steps %llu retries %llu late_pushes %llu\n", a.client.rank,
+    printf("stats rank %u bytes_pushed %llu bytes_pulled %llu steps %llu retries %llu late_pushes %llu\n", rank,
            (unsigned long long)pushed, (unsigned long long)pulled, (unsigned long long)s.steps,
            (unsigned long long)s.retries, (unsigned long long)s.late_pushes);
     rc = 0;

@@ -154,8 +154,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable[Any], *, server: Optional[str] = None, job: Optional[str] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, lr: Optional[float] = None, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, lr: Optional[float] = None,
+                 momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
