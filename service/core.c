@@ -65,6 +65,7 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     c->opt = o;
     c->loop = loop;
     ga_budget_init(&c->budget, o.max_memory_bytes);
+    ga_histogram_init(&c->journal_seconds, ga_metrics_io_bounds, ga_metrics_io_nbounds);
     c->accounting = ga_calloc(1, sizeof *c->accounting);
     c->reclaim = ga_calloc(1, sizeof *c->reclaim);
     if (!c->accounting || !c->reclaim) {

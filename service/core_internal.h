@@ -33,6 +33,7 @@ struct ga_core {
     void (*drain_done)(void *arg);
     void *drain_arg;
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */
+    ga_histogram journal_seconds; /* core_persist.c: each journal write (and its sync) before an ack */
 };
 
 ga_job *ga_core_job(ga_core *c, const char *name);

@@ -68,7 +68,7 @@ static void write_workers(const ga_core *c, ga_metrics_text *t)
         uint64_t n[W_STATES] = {0};
         for (uint32_t r = 0; r < job->world; r++) n[member_state(c, &job->members[r], now)]++;
         for (int s = 0; s < W_STATES; s++) {
-            ga_label l[2] = {{"job", job->name}, {"state", state_names[s]}};
+            ga_label l[2] = {{"ga_job", job->name}, {"state", state_names[s]}};
             ga_metrics_u64(t, "gradagg_workers", l, 2, n[s]);
         }
     }
@@ -82,7 +82,7 @@ static void write_received(const ga_core *c, ga_metrics_text *t, const char *nam
         const ga_job *job = c->jobs[i];
         for (int k = 0; k < GA_CODEC_COUNT; k++) {
             if (!job->received_fp32[k]) continue;
-            ga_label l[2] = {{"job", job->name}, {"codec", ga_codec_name((ga_codec_id)k)}};
+            ga_label l[2] = {{"ga_job", job->name}, {"codec", ga_codec_name((ga_codec_id)k)}};
             ga_metrics_u64(t, name, l, 2, fp32 ? job->received_fp32[k] : job->received_bytes[k]);
         }
     }
@@ -97,7 +97,7 @@ static void write_checkpoint_gauges(const ga_core *c, ga_metrics_text *t)
     for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         if (!job->ckpt_unix_ms) continue;
-        ga_label l = {"job", job->name};
+        ga_label l = {"ga_job", job->name};
         uint64_t age = now_ms > job->ckpt_unix_ms ? now_ms - job->ckpt_unix_ms : 0;
         ga_metrics_double(t, "gradagg_checkpoint_age_seconds", &l, 1, (double)age / 1000.0);
     }
@@ -106,7 +106,7 @@ static void write_checkpoint_gauges(const ga_core *c, ga_metrics_text *t)
     for (size_t i = 0; i < series_jobs(c); i++) {
         const ga_job *job = c->jobs[i];
         if (!job->ckpt_unix_ms) continue;
-        ga_label l = {"job", job->name};
+        ga_label l = {"ga_job", job->name};
         ga_metrics_double(t, "gradagg_checkpoint_duration_seconds", &l, 1, job->ckpt_seconds);
     }
 }
@@ -122,7 +122,7 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
         const struct job_family *jf = &job_families[f];
         ga_metrics_family(t, jf->name, jf->type, jf->help);
         for (size_t i = 0; i < series_jobs(c); i++) {
-            ga_label l = {"job", c->jobs[i]->name};
+            ga_label l = {"ga_job", c->jobs[i]->name};
             ga_metrics_u64(t, jf->name, &l, 1, field_u64(c->jobs[i], jf->field));
         }
     }
@@ -130,7 +130,7 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
                       "A sync step's first commit to the publication of its version.");
     for (size_t i = 0; i < series_jobs(c); i++) {
         if (c->jobs[i]->async) continue;
-        ga_label l = {"job", c->jobs[i]->name};
+        ga_label l = {"ga_job", c->jobs[i]->name};
         ga_metrics_histogram(t, "gradagg_step_duration_seconds", &l, 1, &c->jobs[i]->step_seconds);
     }
     write_received(c, t, "gradagg_received_bytes_total",
@@ -139,6 +139,9 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
                    "The same pushes as fp32 (4 bytes per element): received / fp32 = compression.", true);
     write_workers(c, t);
     write_checkpoint_gauges(c, t);
+    ga_metrics_family(t, "gradagg_journal_write_seconds", "histogram",
+                      "Each journal write before its ack (a record, and its sync per --journal-sync), all jobs.");
+    ga_metrics_histogram(t, "gradagg_journal_write_seconds", NULL, 0, &c->journal_seconds);
     ga_metrics_family(t, "gradagg_held_bytes", "gauge", "Push and init bundles (payloads and chunk headers) buffered by open steps, queued tasks and the store until the step's apply, all jobs.");
     ga_metrics_u64(t, "gradagg_held_bytes", NULL, 0, c->held_bytes);
     ga_metrics_family(t, "gradagg_budget_bytes", "gauge",

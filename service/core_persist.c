@@ -109,11 +109,20 @@ static ga_status write_pending_close(ga_job *job, char *why)
     return GA_OK;
 }
 
+/* Records how long a journal write that began at t0 (uv_hrtime) took, and passes st on. */
+static ga_status journal_timed(ga_job *job, uint64_t t0, ga_status st)
+{
+    ga_histogram_observe(&job->core->journal_seconds, (double)(uv_hrtime() - t0) / 1e9);
+    return st;
+}
+
 ga_status ga_persist_init(ga_job *job, const ga_init *init, char *why)
 {
     if (!persisting(job)) return GA_OK;
+    uint64_t t0 = uv_hrtime();
     ga_status st = write_pending_close(job, why);
-    return st == GA_OK ? ga_journal_init(&job->journal, job->target + 1, init, why, GA_WHY_CAP) : st;
+    st = st == GA_OK ? ga_journal_init(&job->journal, job->target + 1, init, why, GA_WHY_CAP) : st;
+    return journal_timed(job, t0, st);
 }
 
 /* --durability checkpoint: no push or step close is journaled (job, tensor and membership
@@ -123,15 +132,19 @@ static bool journals_steps(const ga_job *job) { return job->core->opt.durability
 ga_status ga_persist_commit(ga_job *job, uint64_t seq, const ga_push *push, char *why)
 {
     if (!persisting(job) || !journals_steps(job)) return GA_OK;
+    uint64_t t0 = uv_hrtime();
     ga_status st = write_pending_close(job, why);
-    return st == GA_OK ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : st;
+    st = st == GA_OK ? ga_journal_commit(&job->journal, seq, push, why, GA_WHY_CAP) : st;
+    return journal_timed(job, t0, st);
 }
 
 ga_status ga_persist_member(ga_job *job, const ga_journal_member *change, char *why)
 {
     if (!persisting(job)) return GA_OK;
+    uint64_t t0 = uv_hrtime();
     ga_status st = write_pending_close(job, why);
-    return st == GA_OK ? ga_journal_member_change(&job->journal, job->target + 1, change, why, GA_WHY_CAP) : st;
+    st = st == GA_OK ? ga_journal_member_change(&job->journal, job->target + 1, change, why, GA_WHY_CAP) : st;
+    return journal_timed(job, t0, st);
 }
 
 void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
@@ -146,7 +159,9 @@ void ga_persist_step_closed(ga_job *job, uint64_t step, bool complete)
         if (write_pending_close(job, why) != GA_OK) ga_log(GA_LOG_ERROR, "%s; pushes are refused until it is", why);
         return; /* STEP mode synced the CLOSE record with it */
     }
-    if (job->journal.sync == GA_JOURNAL_SYNC_STEP && ga_journal_flush(&job->journal, why, sizeof why) != GA_OK)
+    if (job->journal.sync != GA_JOURNAL_SYNC_STEP) return;
+    uint64_t t0 = uv_hrtime();
+    if (journal_timed(job, t0, ga_journal_flush(&job->journal, why, sizeof why)) != GA_OK)
         ga_log(GA_LOG_ERROR, "job '%s': syncing the journal at the close of step %" PRIu64 ": %s", job->name, step,
                why);
 }

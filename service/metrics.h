@@ -58,6 +58,9 @@ typedef struct ga_histogram {
 /* Step latency: 1 ms .. 60 s. */
 extern const double ga_metrics_step_bounds[];
 extern const size_t ga_metrics_step_nbounds;
+/* Disk writes: 100 us .. 10 s. */
+extern const double ga_metrics_io_bounds[];
+extern const size_t ga_metrics_io_nbounds;
 
 void ga_histogram_init(ga_histogram *h, const double *bounds, size_t nbounds);
 void ga_histogram_observe(ga_histogram *h, double v);

@@ -256,7 +256,7 @@ static ga_status bad_push(const char *job, uint64_t incarnation)
     return st;
 }
 
-#define JOB "job=\"metrics \\\"e2e\\\"\""
+#define JOB "ga_job=\"metrics \\\"e2e\\\"\""
 
 static void scrape_after_steps(void **state)
 {
@@ -315,6 +315,11 @@ static void scrape_after_steps(void **state)
     assert_true(sample(m, "gradagg_workers{" JOB ",state=\"idle\"}") == 0);
     assert_true(sample(m, "gradagg_workers{" JOB ",state=\"left\"}") == 0);
     assert_true(sample(m, "gradagg_workers{" JOB ",state=\"absent\"}") == 0);
+    /* Every push and every step close (--journal-sync step) is a timed journal write. */
+    double writes = sample(m, "gradagg_journal_write_seconds_count");
+    assert_true(writes >= 3 * STEPS);
+    assert_true(sample(m, "gradagg_journal_write_seconds_bucket{le=\"+Inf\"}") == writes);
+    assert_true(sample(m, "gradagg_journal_write_seconds_sum") > 0);
     assert_true(sample(m, "gradagg_late_pushes_total{" JOB "}") == 0);
     assert_true(sample(m, "gradagg_stragglers_total{" JOB "}") == 0);
     assert_true(sample(m, "gradagg_duplicate_pushes_total{" JOB "}") == 0);

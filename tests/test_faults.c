@@ -163,19 +163,19 @@ static void killed_mid_push(bool with_deadline)
     assert_true(fault_wait_metric(admin, "gradagg_broken_streams_total{method=\"Push\"}", 1, 10.0) == 1.0);
     assert_true(broken_messages(&s) > 0);
     char series[160];
-    snprintf(series, sizeof series, "gradagg_version{job=\"%s\"}", job);
+    snprintf(series, sizeof series, "gradagg_version{ga_job=\"%s\"}", job);
     if (with_deadline) {
         /* The step closes at the deadline with the 2 ranks left. */
-        snprintf(series, sizeof series, "gradagg_deadline_closes_total{job=\"%s\"}", job);
+        snprintf(series, sizeof series, "gradagg_deadline_closes_total{ga_job=\"%s\"}", job);
         assert_true(fault_wait_metric(admin, series, 1, 20.0) >= 1.0);
-        snprintf(series, sizeof series, "gradagg_version{job=\"%s\"}", job);
+        snprintf(series, sizeof series, "gradagg_version{ga_job=\"%s\"}", job);
         assert_true(fault_wait_metric(admin, series, killed + 1, 10.0) >= killed + 1);
     } else {
         /* Without a deadline the job waits for rank 0: the version stays, the others wait. */
         fault_sleep_ms(1500);
         assert_true(fault_metric(admin, series) == (double)killed);
         for (uint32_t r = 1; r < KW; r++) assert_int_equal(fault_count_lines(w[r].out[0], "call "), killed);
-        snprintf(series, sizeof series, "gradagg_deadline_closes_total{job=\"%s\"}", job);
+        snprintf(series, sizeof series, "gradagg_deadline_closes_total{ga_job=\"%s\"}", job);
         assert_true(fault_metric(admin, series) <= 0.0);
     }
 
@@ -190,9 +190,9 @@ static void killed_mid_push(bool with_deadline)
     proxy_running = false;
     assert_int_equal(ga_test_server_log_count(&s, "rank 0 taken by incarnation"), 1);
     assert_true(fault_metric(admin, "gradagg_broken_streams_total{method=\"Push\"}") == 1.0);
-    snprintf(series, sizeof series, "gradagg_version{job=\"%s\"}", job);
+    snprintf(series, sizeof series, "gradagg_version{ga_job=\"%s\"}", job);
     assert_true(fault_metric(admin, series) == KUNTIL);
-    snprintf(series, sizeof series, "gradagg_deadline_closes_total{job=\"%s\"}", job);
+    snprintf(series, sizeof series, "gradagg_deadline_closes_total{ga_job=\"%s\"}", job);
     double closes = fault_metric(admin, series);
     fault_server_stop(&s, SIGTERM);
 
@@ -365,9 +365,9 @@ static void test_data_dir_full(void **state)
         snprintf(w[r].params, sizeof w[r].params, "%s/disk-r%u.bin", base_dir, r);
         w[r].pid = start_worker(&w[r], 0, addr, "disk", r, DW, extra);
     }
-    const char *ck_ok = "gradagg_checkpoints_total{job=\"disk\"}";
-    const char *ck_fail = "gradagg_checkpoint_failures_total{job=\"disk\"}";
-    const char *version = "gradagg_version{job=\"disk\"}";
+    const char *ck_ok = "gradagg_checkpoints_total{ga_job=\"disk\"}";
+    const char *ck_fail = "gradagg_checkpoint_failures_total{ga_job=\"disk\"}";
+    const char *version = "gradagg_version{ga_job=\"disk\"}";
     assert_true(fault_wait_metric(admin, ck_ok, 2, 60.0) >= 2);
 
     /* 1. Room for the journal, not for a checkpoint (8 MiB of ballast alone). */

@@ -187,21 +187,21 @@ static void test_short_close_unwritable(void **state)
     check_params(p0, sum, "version 1");
 
     /* Step 1: rank 0 alone; the journal fails before the deadline closes the step short. */
-    const char *received = "gradagg_received_bytes_total{job=\"short\",codec=\"none\"}";
+    const char *received = "gradagg_received_bytes_total{ga_job=\"short\",codec=\"none\"}";
     step_start(&a, c0, 0, 1);
     assert_true(fault_wait_metric(admin, received, 3.0 * N * 4, 30.0) >= 3.0 * N * 4);
     trigger("fail-write", true);
     assert_int_equal(step_join(&a), GA_OK);
     add_grad(sum, 0, 1);
     check_params(p0, sum, "version 2 (closed short)");
-    assert_true(fault_metric(admin, "gradagg_deadline_closes_total{job=\"short\"}") == 1.0);
+    assert_true(fault_metric(admin, "gradagg_deadline_closes_total{ga_job=\"short\"}") == 1.0);
     assert_true(ga_test_server_log_count(&s, "the close of step 1 is not journaled yet") >= 1);
 
     /* Until the CLOSE record is written, nothing is acknowledged. */
     assert_int_equal(step_now(c0, 0, 2), GA_E_IO);
     if (!strstr(ga_client_error(c0), "the close of step 1 is not journaled yet"))
         fail_msg("unexpected error: %s", ga_client_error(c0));
-    assert_true(fault_metric(admin, "gradagg_version{job=\"short\"}") == 2.0);
+    assert_true(fault_metric(admin, "gradagg_version{ga_job=\"short\"}") == 2.0);
 
     /* The disk is back: the CLOSE record goes first, then the push (the refused gradient went
      * aside and comes with this one), and the deadline closes step 2 short too. */
@@ -214,7 +214,7 @@ static void test_short_close_unwritable(void **state)
     /* Killed and restarted from the journal alone: the same version 3. Without the CLOSE record
      * the replay would leave step 1 open, and rank 1's late push would be summed into it. */
     kill_restart(&s, args, &admin);
-    assert_true(fault_metric(admin, "gradagg_version{job=\"short\"}") == 3.0);
+    assert_true(fault_metric(admin, "gradagg_version{ga_job=\"short\"}") == 3.0);
     assert_int_equal(step_now(c1, 1, 1), GA_OK); /* step 1 closed long ago: late */
     ga_client_stats st;
     ga_client_get_stats(c1, &st);
@@ -258,7 +258,7 @@ static void test_sync_failure_cuts_record(void **state)
     /* Replayed, a kept record of the refused push would make version 2 hold gradient 1 alone
      * (the acknowledged push of the same step would be a duplicate). */
     kill_restart(&s, args, &admin);
-    assert_true(fault_metric(admin, "gradagg_version{job=\"sync\"}") == 2.0);
+    assert_true(fault_metric(admin, "gradagg_version{ga_job=\"sync\"}") == 2.0);
     assert_int_equal(step_now(c, 0, 3), GA_OK);
     add_grad(sum, 0, 3);
     check_params(p, sum, "version 3 after the restart");
@@ -289,7 +289,7 @@ static void test_membership_replayed(void **state)
     /* Restarted, the server still knows rank 1 left: rank 0's step closes without waiting for it
      * (without the record it would wait out step_timeout_ms and fail). */
     kill_restart(&s, args, &admin);
-    assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 2.0);
+    assert_true(fault_metric(admin, "gradagg_version{ga_job=\"members\"}") == 2.0);
     assert_int_equal(step_now(c0, 0, 2), GA_OK);
     add_grad(sum, 0, 2);
     check_params(p0, sum, "version 3, rank 0 alone after the restart");
@@ -303,7 +303,7 @@ static void test_membership_replayed(void **state)
 
     /* Restarted again, rank 1 is back in: the next step sums both ranks. */
     kill_restart(&s, args, &admin);
-    assert_true(fault_metric(admin, "gradagg_version{job=\"members\"}") == 4.0);
+    assert_true(fault_metric(admin, "gradagg_version{ga_job=\"members\"}") == 4.0);
     step_both(c0, c1, 4, 4);
     add_grad(sum, 0, 4), add_grad(sum, 1, 4);
     check_params(p0, sum, "version 5, rank 0");

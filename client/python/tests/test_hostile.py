@@ -400,8 +400,8 @@ def test_a_scrape_stays_small_however_many_jobs(tmp_path: Path) -> None:
         lines = text.splitlines()
         assert "gradagg_jobs 300" in lines and "gradagg_metrics_jobs_omitted 44" in lines
         versions = [l for l in lines if l.startswith("gradagg_version{")]
-        assert len(versions) == 256 and 'job="many-000"' in versions[0], versions[:2]
-        assert not any('job="many-299"' in l for l in lines)
+        assert len(versions) == 256 and 'ga_job="many-000"' in versions[0], versions[:2]
+        assert not any('ga_job="many-299"' in l for l in lines)
         assert len(text) < 4 << 20 and took < 5, (len(text), took)
     finally:
         s.stop()

@@ -124,7 +124,7 @@ def test_many_short_jobs_leave_nothing_behind(tmp_path) -> None:
 
     def figures():
         text = metrics()
-        series = sum(1 for line in text.splitlines() if "job=\"" in line and not line.startswith("#"))
+        series = sum(1 for line in text.splitlines() if "ga_job=\"" in line and not line.startswith("#"))
         memory = next(float(line.split()[-1]) for line in text.splitlines()
                       if line.startswith('gradagg_memory_bytes{device="host"}'))
         rss = int(next(line.split()[1] for line in Path(f"/proc/{s.proc.pid}/status").read_text().splitlines()
