@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "auto_threshold.h"
+#include "discover.h"
 #include "ga_lane.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
@@ -442,6 +443,24 @@ static ga_status open_channels(ga_client *c, const ga_client_options *opt)
     return st;
 }
 
+/* A server option naming a shard set by one DNS name ("shards://NAME:PORT", discover.h) becomes
+ * the list of its shards' addresses, asked of the servers behind NAME with the channels' TLS
+ * settings and the retry budget. Any other server option is kept. */
+static ga_status resolve_server(ga_client *c, const ga_client_options *opt)
+{
+    if (!ga_discover_named(c->server)) return GA_OK;
+    ga_channel_security sec = {opt->tls_ca_file, opt->tls_cert_file, opt->tls_key_file, opt->tls_target_name, NULL,
+                               opt->backoff_max_ms};
+    char *list = NULL, why[sizeof c->err - 64];
+    ga_status st = ga_discover_shards(c->server, &sec, opt->call_timeout_ms, opt->retry_budget_ms, opt->backoff_ms,
+                                      opt->backoff_max_ms, &list, why, sizeof why);
+    if (st != GA_OK) return ga_client_fail(c, st, "%s", why);
+    ga_free(c->server);
+    c->server = list;
+    c->opt.server = list;
+    return GA_OK;
+}
+
 /* A client that never trained (a failed create, ga_job_delete): its shards and names. NULL ok. */
 static void client_shell_free(ga_client *c)
 {
@@ -475,7 +494,8 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->ex.max_threads = opt->threads;
     c->incarnation = opt->incarnation ? opt->incarnation : new_incarnation();
 
-    if ((st = ga_shards_parse(c, c->server, opt->lanes ? opt->lanes : 1)) != GA_OK) goto fail;
+    uint32_t lanes = opt->lanes ? opt->lanes : 1;
+    if ((st = resolve_server(c, opt)) != GA_OK || (st = ga_shards_parse(c, c->server, lanes)) != GA_OK) goto fail;
     st = open_channels(c, opt);
     c->opt.tls_ca_file = c->opt.tls_cert_file = c->opt.tls_key_file = c->opt.tls_target_name = NULL;
     c->opt.auth_token = NULL; /* borrowed by create only; the channels hold their own copy */
@@ -537,7 +557,9 @@ ga_status ga_job_delete(const ga_client_options *opt, char *msg, size_t msg_cap)
     }
     c->opt = *opt;
     c->opt.server = c->server, c->opt.job = c->job;
-    if ((st = ga_shards_parse(c, c->server, opt->lanes ? opt->lanes : 1)) != GA_OK || (st = open_channels(c, opt)) != GA_OK)
+    uint32_t lanes = opt->lanes ? opt->lanes : 1;
+    if ((st = resolve_server(c, opt)) != GA_OK || (st = ga_shards_parse(c, c->server, lanes)) != GA_OK ||
+        (st = open_channels(c, opt)) != GA_OK)
         goto out;
     uint32_t unknown = 0;
     for (uint32_t i = 0; i < c->nshards && st == GA_OK; i++) {

@@ -29,6 +29,8 @@ const ga_method ga_methods[GA_METHODS] = {
                                  gradagg__v1__delete_job_response__descriptor),
     [GA_METHOD_LIST_JOBS] = ROW(AGG, "ListJobs", GA_RPC_UNARY, gradagg__v1__list_jobs_request__descriptor,
                                 gradagg__v1__list_jobs_response__descriptor),
+    [GA_METHOD_SHARD_INFO] = ROW(AGG, "ShardInfo", GA_RPC_UNARY, gradagg__v1__shard_info_request__descriptor,
+                                 gradagg__v1__shard_info_response__descriptor),
     [GA_METHOD_HEALTH_CHECK] = ROW(HEALTH, "Check", GA_RPC_UNARY, grpc__health__v1__health_check_request__descriptor,
                                    grpc__health__v1__health_check_response__descriptor),
     [GA_METHOD_HEALTH_WATCH] = ROW(HEALTH, "Watch", GA_RPC_SERVER_STREAM,

@@ -156,6 +156,14 @@ static const row rows[GA_CFG_KEYS] = {
                                         "token, empty = no tokens"),
     [GA_CFG_MAX_ELEMENTS] = ROW_U64("max-elements", "GRADAGG_MAX_ELEMENTS", max_elements, "4294967296", 1024,
                                     1ull << 40, "parameters per job, all its tensors together"),
+    [GA_CFG_SHARD_COUNT] = ROW_U32("shard-count", "GRADAGG_SHARD_COUNT", shard_count, "0", 0, 4096,
+                                   "shards in the set this server belongs to, which clients find from one DNS "
+                                   "name (shards://name:port); 0 = no set"),
+    [GA_CFG_SHARD_INDEX] = ROW_U32("shard-index", "GRADAGG_SHARD_INDEX", shard_index, "0", 0, 4095,
+                                   "this server's index in its shard set, below --shard-count"),
+    [GA_CFG_ADVERTISE_ADDRESS] = ROW_OPT_ADDR("advertise-address", "GRADAGG_ADVERTISE_ADDRESS", advertise_address, "",
+                                              "where clients reach this shard, host:port; empty = the --listen "
+                                              "address (with its port once bound)"),
 };
 
 /* T_ENUM rows store the choice's index through an int. */

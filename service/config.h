@@ -59,6 +59,9 @@ typedef enum ga_config_key {
     GA_CFG_TLS_CLIENT_CA,
     GA_CFG_AUTH_TOKENS,
     GA_CFG_MAX_ELEMENTS,
+    GA_CFG_SHARD_COUNT,
+    GA_CFG_SHARD_INDEX,
+    GA_CFG_ADVERTISE_ADDRESS,
     GA_CFG_KEYS
 } ga_config_key;
 
@@ -108,6 +111,9 @@ typedef struct ga_config {
     char tls_client_ca[GA_CONFIG_PATH_MAX]; /* CA bundle clients must present a cert from; "" = no mTLS */
     char auth_tokens[GA_CONFIG_PATH_MAX];   /* file of "job token" lines; "" = no bearer tokens */
     uint64_t max_elements;              /* parameters per job, all tensors together */
+    uint32_t shard_count;               /* shards in the set this server belongs to; 0 = none */
+    uint32_t shard_index;               /* this server's index in it */
+    char advertise_address[GA_CONFIG_LISTEN_MAX]; /* where clients reach it; "" = the listen address */
     ga_config_source source[GA_CFG_KEYS];
     /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process
      * tests do not). */

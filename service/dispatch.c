@@ -23,6 +23,9 @@ struct ga_dispatch {
     ga_stream_caps *caps;        /* streams open per client host and per job */
     ga_budget *budget;           /* the core's; NULL without a core */
     const ga_auth *_Atomic auth; /* NULL: no tokens; replaced by a reload (SIGHUP) */
+    /* ShardInfo's answer (loop thread): count 0 = in no shard set. */
+    uint32_t shard_index, shard_count;
+    char shard_address[GA_DISPATCH_ADDRESS_MAX];
 };
 
 /* One piece of work for the loop: a request message, a finished bundle, or a cancel. */
@@ -69,6 +72,23 @@ typedef struct stream_check {
 
 /* ---- on the loop thread ---- */
 
+static void shard_info(const ga_dispatch *d, ga_call *call, ProtobufCMessage *req)
+{
+    Gradagg__V1__ShardInfoResponse resp = GRADAGG__V1__SHARD_INFO_RESPONSE__INIT;
+    resp.index = d->shard_index;
+    resp.count = d->shard_count;
+    resp.address = (char *)d->shard_address;
+    ga_call_finish(call, &resp.base, GA_OK, NULL);
+    protobuf_c_message_free_unpacked(req, &ga_wire_allocator);
+}
+
+void ga_dispatch_set_shard(ga_dispatch *d, uint32_t index, uint32_t count, const char *address)
+{
+    d->shard_index = index;
+    d->shard_count = count;
+    snprintf(d->shard_address, sizeof d->shard_address, "%s", address ? address : "");
+}
+
 static void run_request(void *arg)
 {
     job *j = arg;
@@ -81,6 +101,7 @@ static void run_request(void *arg)
     case GA_METHOD_HEARTBEAT: ga_core_heartbeat(d->core, j->call, j->payload); break;
     case GA_METHOD_DELETE_JOB: ga_core_delete_job(d->core, j->call, j->payload); break;
     case GA_METHOD_LIST_JOBS: ga_core_list_jobs(d->core, j->call, j->payload); break;
+    case GA_METHOD_SHARD_INFO: shard_info(d, j->call, j->payload); break;
     case GA_METHOD_HEALTH_CHECK: ga_health_check(d->health, j->call, j->payload); break;
     case GA_METHOD_HEALTH_WATCH: ga_health_watch(d->health, j->call, j->payload); break;
     case GA_METHOD_PUSH: ga_core_push(d->core, j->call, j->payload); break;
@@ -153,7 +174,7 @@ static void post_stream_check(ga_dispatch *d, ga_call *call, char *name, uint32_
 }
 
 /* Whether a method names a job, and which one this request or chunk names (NULL: every job).
- * Health names none: probes carry no token. */
+ * Health and ShardInfo name none: probes and shard discovery carry no token. */
 static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **job)
 {
     switch (m) {
@@ -166,6 +187,7 @@ static bool names_job(ga_method_id m, const ProtobufCMessage *msg, const char **
     case GA_METHOD_HEARTBEAT: *job = ((const Gradagg__V1__HeartbeatRequest *)msg)->job; return true;
     case GA_METHOD_DELETE_JOB: *job = ((const Gradagg__V1__DeleteJobRequest *)msg)->job; return true;
     case GA_METHOD_LIST_JOBS: *job = NULL; return true; /* every job */
+    case GA_METHOD_SHARD_INFO:
     case GA_METHOD_HEALTH_CHECK:
     case GA_METHOD_HEALTH_WATCH:
     case GA_METHODS: break;

@@ -6,6 +6,7 @@
 #define GA_DISPATCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "auth.h"
 #include "core.h"
@@ -34,6 +35,12 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
  * transport runs (a reload), the calls checked from then on use the new table, and the old one
  * must stay alive until the transport stopped (a check may still be reading it). Any thread. */
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth);
+/* This server's place in its shard set, which ShardInfo answers (docs/protocol.md, "Shard
+ * discovery"): index in [0, count), the address clients reach it at (copied; at most
+ * GA_DISPATCH_ADDRESS_MAX - 1 bytes). count 0 (the default): in no set. On the loop thread, before
+ * the loop runs the calls the transport posts (ShardInfo is answered on the loop). */
+#define GA_DISPATCH_ADDRESS_MAX 256
+void ga_dispatch_set_shard(ga_dispatch *d, uint32_t index, uint32_t count, const char *address);
 /* The handler table to give ga_rpc_server_start; valid while d lives. */
 const ga_rpc_handlers *ga_dispatch_handlers(const ga_dispatch *d);
 /* After the transport that used it is destroyed. NULL is a no-op. */

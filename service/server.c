@@ -303,6 +303,45 @@ static uint64_t fd_budget(const ga_config *c)
     return b.journals ? b.journals : 1;
 }
 
+/* Whether the host of a listen address is a wildcard ("0.0.0.0", "[::]", "" or "*"), which
+ * clients cannot connect to. */
+static bool wildcard_host(const char *addr, size_t host_len)
+{
+    static const char *const any[] = {"0.0.0.0", "[::]", "", "*", "[::0]"};
+    for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
+        if (strlen(any[i]) == host_len && strncmp(addr, any[i], host_len) == 0) return true;
+    return false;
+}
+
+/* ShardInfo's answer (--shard-count, --shard-index, --advertise-address), once the gRPC port
+ * is bound (port): the advertised address, else the listen host with the bound port. */
+static ga_status set_shard(ga_server *s, int port)
+{
+    const ga_config *c = &s->cfg;
+    if (c->shard_count == 0) return GA_OK;
+    if (c->shard_index >= c->shard_count) {
+        ga_log(GA_LOG_ERROR, "--shard-index %u is not below --shard-count %u (GRADAGG_SHARD_INDEX, "
+               "GRADAGG_SHARD_COUNT)", c->shard_index, c->shard_count);
+        return GA_E_CONFIG;
+    }
+    char addr[GA_DISPATCH_ADDRESS_MAX];
+    if (c->advertise_address[0]) {
+        snprintf(addr, sizeof addr, "%s", c->advertise_address);
+    } else {
+        const char *colon = strrchr(c->listen, ':');
+        size_t host_len = colon ? (size_t)(colon - c->listen) : 0;
+        if (wildcard_host(c->listen, host_len)) {
+            ga_log(GA_LOG_ERROR, "--shard-count %u needs --advertise-address (GRADAGG_ADVERTISE_ADDRESS): clients "
+                   "cannot connect to the listen address %s", c->shard_count, c->listen);
+            return GA_E_CONFIG;
+        }
+        snprintf(addr, sizeof addr, "%.*s:%d", (int)host_len, c->listen, port);
+    }
+    ga_dispatch_set_shard(s->dispatch, c->shard_index, c->shard_count, addr);
+    ga_log(GA_LOG_INFO, "shard %u of a set of %u, advertised as %s", c->shard_index, c->shard_count, addr);
+    return GA_OK;
+}
+
 static void setup(void *arg)
 {
     ga_server *s = arg;
@@ -360,6 +399,7 @@ static void setup(void *arg)
     ro.tls_key_pem = s->sec.key_pem;
     ro.tls_client_ca_pem = s->sec.client_ca_pem;
     GA_CHECK_GOTO(ga_rpc_server_start(&ro, ga_dispatch_handlers(s->dispatch), &s->rpc, &port), st, fail);
+    GA_CHECK_GOTO(set_shard(s, port), st, fail);
     /* Calls that arrived already wait behind this function in the loop's queue. */
     ga_health_set_all(s->health, GA_SERVING);
     /* Ready once everything above (checkpoint restore included) is done. */

@@ -307,6 +307,9 @@ static void test_help_lists_every_row(void **state)
         {"--tls-client-ca", "GRADAGG_TLS_CLIENT_CA", NULL},
         {"--auth-tokens", "GRADAGG_AUTH_TOKENS", NULL},
         {"--max-elements", "GRADAGG_MAX_ELEMENTS", NULL},
+        {"--shard-count", "GRADAGG_SHARD_COUNT", NULL},
+        {"--shard-index", "GRADAGG_SHARD_INDEX", NULL},
+        {"--advertise-address", "GRADAGG_ADVERTISE_ADDRESS", NULL},
     };
     assert_int_equal(COUNT(expect), GA_CFG_KEYS);
     char *out = capture(help_to, NULL);

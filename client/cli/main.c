@@ -1,7 +1,7 @@
 /* gradagg: the operators' command line tool (docs/cli.md).
  *   gradagg [options] jobs | status JOB | delete JOB | health
  * Options (each also from the environment, docs/launch.md; a flag wins): --server ADDR[,ADDR...]
- * (GRADAGG_SERVER, else 127.0.0.1:7070), --json, --timeout-ms N, --token T (GRADAGG_AUTH_TOKEN),
+ * or shards://NAME:PORT (GRADAGG_SERVER, else 127.0.0.1:7070), --json, --timeout-ms N, --token T (GRADAGG_AUTH_TOKEN),
  * --tls-ca F, --tls-cert F, --tls-key F, --tls-target-name N (GRADAGG_TLS_*). */
 #define _POSIX_C_SOURCE 200809L /* strdup, strtok_r */
 #include <errno.h>
@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "commands.h"
+#include "discover.h"
+#include "ga_alloc.h"
 #include "gradagg.h"
 
 static void usage(FILE *out)
@@ -23,7 +25,8 @@ static void usage(FILE *out)
             "  delete JOB    remove a job no rank is live in, on every shard\n"
             "  health        the gRPC health of every shard (\"\" and gradagg.v1.Aggregator)\n"
             "options (the environment gives the defaults: docs/launch.md):\n"
-            "  --server ADDR[,ADDR...]  the shards (GRADAGG_SERVER; default 127.0.0.1:7070)\n"
+            "  --server ADDR[,ADDR...]  the shards, or shards://NAME:PORT for a set found from one DNS name\n"
+            "                           (GRADAGG_SERVER; default 127.0.0.1:7070)\n"
             "  --json                   JSON on stdout instead of tables\n"
             "  --timeout-ms N           each call's deadline (default 10000)\n"
             "  --token T                bearer token (GRADAGG_AUTH_TOKEN); jobs needs an operator token\n"
@@ -104,7 +107,19 @@ int main(int argc, char **argv)
         return CLI_USAGE;
     }
 
-    char *list = strdup(server);
+    char *list = NULL;
+    if (ga_discover_named(server)) { /* shards://NAME:PORT: the set's shards, in index order */
+        char *found = NULL;
+        ga_status st = ga_discover_shards(server, &sec, c.timeout_ms, c.timeout_ms, 100, 1000, &found, msg, sizeof msg);
+        if (st != GA_OK) {
+            fprintf(stderr, "gradagg: %s (%s)\n", msg, ga_status_name(st));
+            return st == GA_E_INVAL ? CLI_USAGE : cli_exit_for(st);
+        }
+        list = strdup(found);
+        ga_free(found);
+    } else {
+        list = strdup(server);
+    }
     if (!list || split_shards(list, &c) != 0) {
         fprintf(stderr, "gradagg: --server '%s': no address\n", server);
         free(list);
