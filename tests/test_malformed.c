@@ -319,6 +319,12 @@ static bytes list_jobs_req(void)
     return packed(&r.base);
 }
 
+static bytes shard_info_req(void)
+{
+    Gradagg__V1__ShardInfoRequest r = GRADAGG__V1__SHARD_INFO_REQUEST__INIT;
+    return packed(&r.base);
+}
+
 static bytes health_req(const char *service)
 {
     Grpc__Health__V1__HealthCheckRequest r = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -342,6 +348,7 @@ static bytes valid(ga_method_id m)
     case GA_METHOD_HEARTBEAT: return heartbeat_req("alpha", INC_A + 100); /* not a member: refused */
     case GA_METHOD_DELETE_JOB: return delete_req("alpha");          /* a live rank: refused */
     case GA_METHOD_LIST_JOBS: return list_jobs_req();               /* OK */
+    case GA_METHOD_SHARD_INFO: return shard_info_req();             /* OK */
     case GA_METHOD_HEALTH_CHECK: return health_req("");             /* OK */
     default: fail_msg("no valid request for %s", ga_methods[m].name);
     }
@@ -618,6 +625,12 @@ static const row rows[] = {
     {GA_METHOD_JOIN, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
     {GA_METHOD_PUSH, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
     {GA_METHOD_PULL, NULL, VALID, OPERATOR, GRPC_STATUS_PERMISSION_DENIED, "GA_E_PERMISSION_DENIED"},
+    /* ShardInfo needs no token (shard discovery); any token is ignored. */
+    {GA_METHOD_SHARD_INFO, NULL, VALID, NONE, GRPC_STATUS_OK, ""},
+    {GA_METHOD_SHARD_INFO, NULL, VALID, UNKNOWN_TOKEN, GRPC_STATUS_OK, ""},
+    {GA_METHOD_SHARD_INFO, NULL, UNKNOWN_FIELDS, NONE, GRPC_STATUS_OK, ""},
+    {GA_METHOD_SHARD_INFO, NULL, NOT_PROTOBUF, NONE, INVALID, "GA_E_PROTO"},
+    {GA_METHOD_SHARD_INFO, NULL, NO_MESSAGE, NONE, INVALID, "GA_E_PROTO"},
     /* Health needs no token; an empty request asks for the whole server. */
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, NONE, GRPC_STATUS_OK, ""},
     {GA_METHOD_HEALTH_CHECK, NULL, VALID, BASIC, GRPC_STATUS_OK, ""},

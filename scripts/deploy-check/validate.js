@@ -121,8 +121,11 @@ function ruleErrors(name, docs) {
   if (!c) return errs.concat(["StatefulSet gradagg has no container gradagg-server"]);
   if (!(c.envFrom || []).some((e) => e.configMapRef && e.configMapRef.name === cm.metadata.name))
     errs.push(`container gradagg-server does not load ConfigMap ${cm.metadata.name} with envFrom`);
-  if ((c.env || []).some((e) => e.name.startsWith("GRADAGG_")))
-    errs.push("container gradagg-server sets GRADAGG_* in env: every setting belongs in the ConfigMap");
+  // Every setting belongs in the ConfigMap, but the two that differ per pod (shard discovery).
+  const perPod = ["GRADAGG_SHARD_INDEX", "GRADAGG_ADVERTISE_ADDRESS"];
+  if ((c.env || []).some((e) => e.name.startsWith("GRADAGG_") && !perPod.includes(e.name)))
+    errs.push("container gradagg-server sets GRADAGG_* in env: every setting but the per-pod " +
+              `${perPod.join(", ")} belongs in the ConfigMap`);
   if (ps.enableServiceLinks !== false) errs.push("enableServiceLinks is not false (GRADAGG_SERVICE_HOST etc.)");
   for (const p of ["startupProbe", "livenessProbe", "readinessProbe"])
     if (!c[p]) errs.push(`container gradagg-server has no ${p}`);
@@ -158,6 +161,17 @@ function ruleErrors(name, docs) {
   if (data.GRADAGG_TLS_CERT)
     for (const p of ["startupProbe", "livenessProbe", "readinessProbe"])
       if (c[p] && c[p].grpc) errs.push(`${p} uses grpc with TLS on: kubelet gRPC probes speak plaintext only`);
+
+  // Shard discovery: every shard knows the set's size, its own index and its stable name.
+  if (data.GRADAGG_SHARD_COUNT !== undefined && Number(data.GRADAGG_SHARD_COUNT) !== (sts.spec.replicas ?? 1))
+    errs.push(`GRADAGG_SHARD_COUNT ${data.GRADAGG_SHARD_COUNT} is not the StatefulSet's replicas ${sts.spec.replicas}`);
+  const env = Object.fromEntries((c.env || []).map((e) => [e.name, e]));
+  const index = env.GRADAGG_SHARD_INDEX && env.GRADAGG_SHARD_INDEX.valueFrom && env.GRADAGG_SHARD_INDEX.valueFrom.fieldRef;
+  if (Number(data.GRADAGG_SHARD_COUNT) > 0) {
+    if (!index || index.fieldPath !== "metadata.labels['apps.kubernetes.io/pod-index']")
+      errs.push("GRADAGG_SHARD_INDEX is not the pod's index (fieldRef metadata.labels['apps.kubernetes.io/pod-index'])");
+    if (!env.GRADAGG_ADVERTISE_ADDRESS) errs.push("GRADAGG_ADVERTISE_ADDRESS is not set per pod");
+  }
 
   const svc = find(docs, "Service", sts.spec.serviceName);
   if (!svc || svc.spec.clusterIP !== "None") errs.push(`serviceName ${sts.spec.serviceName} is not a headless Service`);
@@ -287,6 +301,11 @@ fs.writeFileSync(tsOut, tsSource(entries));
     ["rules: a ConfigMap key missing", (docs) => { delete cmOf(docs).data.GRADAGG_QUORUM; }, (docs) => ruleErrors("x", docs).length > 0],
     ["rules: an unknown ConfigMap key", (docs) => { cmOf(docs).data.GRADAGG_LISTEN_ADDR = "x"; }, (docs) => ruleErrors("x", docs).length > 0],
     ["rules: grace period below deadline", (docs) => { cmOf(docs).data.GRADAGG_DEADLINE_MS = "120000"; }, (docs) => ruleErrors("x", docs).length > 0],
+    ["rules: replicas without GRADAGG_SHARD_COUNT", (docs) => { stsOf(docs).spec.replicas = 3; }, (docs) => ruleErrors("x", docs).length > 0],
+    ["rules: no per-pod advertise address", (docs) => {
+      const c = stsOf(docs).spec.template.spec.containers[0];
+      c.env = c.env.filter((e) => e.name !== "GRADAGG_ADVERTISE_ADDRESS");
+    }, (docs) => ruleErrors("x", docs).length > 0],
     ["rules: root filesystem writable", (docs) => { stsOf(docs).spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem = false; }, (docs) => ruleErrors("x", docs).length > 0],
   ];
   const jobs = renderings.find((r) => r.docs.some((d) => d.kind === "Job"));

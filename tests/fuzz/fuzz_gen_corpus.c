@@ -363,6 +363,9 @@ static void message_seeds(void)
     status.job = FUZZ_JOB;
     message_seed("status_operator", GA_METHOD_STATUS, 0, "Bearer " OPERATOR_TOKEN, &status.base);
 
+    Gradagg__V1__ShardInfoRequest shard = GRADAGG__V1__SHARD_INFO_REQUEST__INIT;
+    message_seed("shard_info", GA_METHOD_SHARD_INFO, 0, NULL, &shard.base);
+
     Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     message_seed("health_all", GA_METHOD_HEALTH_CHECK, 0, NULL, &hc.base);
     hc.service = "gradagg.v1.Aggregator";
