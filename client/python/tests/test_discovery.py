@@ -160,3 +160,12 @@ def test_a_missing_shard_is_waited_for_within_the_retry_budget(tmp_path: Path) -
     finally:
         for s in shards:
             s.stop()
+
+
+def test_a_malformed_or_unknown_name_is_refused() -> None:
+    import gradagg
+    for bad in ("shards://no-port", "shards://:7070", "shards://h:70x0", "shards://[::1:7070"):
+        with pytest.raises(gradagg.errors.InvalError, match="expected shards://NAME:PORT"):
+            gradagg.Client(bad, "j", 0, 1, retry_budget_ms=0)
+    with pytest.raises(gradagg.errors.ServerUnavailableError, match="does not resolve"):
+        gradagg.Client("shards://no-such-host.invalid:7070", "j", 0, 1, retry_budget_ms=300, backoff_ms=50)
