@@ -61,59 +61,31 @@ static const char *job_state(const Gradagg__V1__JobSummary *s, char *buf, size_t
     return "training";
 }
 
-int cli_jobs(const cli *c)
+/* What a command prints for one shard's answer: resp is NULL when the call failed (already
+ * reported), i is the shard's position, job the job named (NULL for jobs). */
+typedef void (*show_fn)(const cli *c, const char *job, size_t i, const ProtobufCMessage *resp, json *j);
+
+/* The loop of jobs, status and delete: asks every shard the unary method m with req, calls show
+ * for each, and returns the worst exit status. JSON: {["job": job,] "shards": [{"server", ...}]}. */
+static int per_shard(const cli *c, const char *job, ga_method_id m, const ProtobufCMessage *req, show_fn show)
 {
     int rc = CLI_OK;
     json j = {stdout, 0, {false}};
     if (c->json) {
         json_begin_object(&j, NULL);
+        if (job) json_string(&j, "job", job);
         json_begin_array(&j, "shards");
-    } else {
-        printf("%s%-24s %7s %7s %10s %10s %11s  %s\n", c->nshards > 1 ? "SERVER                 " : "", "JOB",
-               "WORLD", "JOINED", "VERSION", "OPEN_STEP", "COMMITTED", "STATE");
     }
     for (size_t i = 0; i < c->nshards; i++) {
-        const cli_shard *s = &c->shards[i];
-        Gradagg__V1__ListJobsRequest req = GRADAGG__V1__LIST_JOBS_REQUEST__INIT;
-        ProtobufCMessage *m = NULL;
+        ProtobufCMessage *resp = NULL;
         if (c->json) {
             json_begin_object(&j, NULL);
-            json_string(&j, "server", s->address);
+            json_string(&j, "server", c->shards[i].address);
         }
-        ga_status st = call(c, s, GA_METHOD_LIST_JOBS, &req.base, &m, c->json ? &j : NULL);
-        rc = worst(rc, cli_exit_for(st));
-        const Gradagg__V1__ListJobsResponse *r = (const Gradagg__V1__ListJobsResponse *)m;
-        if (c->json && r) json_begin_array(&j, "jobs");
-        for (size_t k = 0; r && k < r->n_jobs; k++) {
-            const Gradagg__V1__JobSummary *x = r->jobs[k];
-            char buf[64], committed[32];
-            const char *state = job_state(x, buf, sizeof buf);
-            if (c->json) {
-                json_begin_object(&j, NULL);
-                json_string(&j, "job", x->job);
-                json_string(&j, "mode", x->async ? "async" : "sync");
-                json_uint(&j, "world_size", x->world_size);
-                json_uint(&j, "joined", x->joined);
-                json_uint(&j, "version", x->version);
-                json_uint(&j, "open_step", x->open_step);
-                json_uint(&j, "committed", x->committed);
-                json_bool(&j, "finished", x->finished);
-                json_string(&j, "failure", x->failure);
-                json_string(&j, "state", x->failure && x->failure[0] ? "failed" : x->finished ? "finished"
-                                         : x->joined < x->world_size ? "waiting" : "training");
-                json_end_object(&j);
-                continue;
-            }
-            if (x->async) snprintf(committed, sizeof committed, "async");
-            else snprintf(committed, sizeof committed, "%" PRIu32 "/%" PRIu32, x->committed, x->world_size);
-            if (c->nshards > 1) printf("%-22s ", s->address);
-            printf("%-24s %7" PRIu32 " %7" PRIu32 " %10" PRIu64 " %10" PRIu64 " %11s  %s%s%s\n", x->job, x->world_size,
-                   x->joined, x->version, x->open_step, committed, state, x->failure && x->failure[0] ? ": " : "",
-                   x->failure ? x->failure : "");
-        }
-        if (c->json && r) json_end_array(&j);
+        rc = worst(rc, cli_exit_for(call(c, &c->shards[i], m, req, &resp, c->json ? &j : NULL)));
+        show(c, job, i, resp, &j);
         if (c->json) json_end_object(&j);
-        free_msg(m);
+        free_msg(resp);
     }
     if (c->json) {
         json_end_array(&j);
@@ -121,6 +93,53 @@ int cli_jobs(const cli *c)
         json_finish(&j);
     }
     return rc;
+}
+
+static void jobs_show(const cli *c, const char *job, size_t i, const ProtobufCMessage *resp, json *j)
+{
+    (void)job;
+    const Gradagg__V1__ListJobsResponse *r = (const Gradagg__V1__ListJobsResponse *)resp;
+    if (!r) return;
+    if (c->json) json_begin_array(j, "jobs");
+    for (size_t k = 0; k < r->n_jobs; k++) {
+        const Gradagg__V1__JobSummary *x = r->jobs[k];
+        bool failed = x->failure && x->failure[0];
+        char buf[64], committed[32];
+        const char *state = job_state(x, buf, sizeof buf);
+        if (c->json) {
+            json_begin_object(j, NULL);
+            json_string(j, "job", x->job);
+            json_string(j, "mode", x->async ? "async" : "sync");
+            json_uint(j, "world_size", x->world_size);
+            json_uint(j, "joined", x->joined);
+            json_uint(j, "version", x->version);
+            json_uint(j, "open_step", x->open_step);
+            json_uint(j, "committed", x->committed);
+            json_bool(j, "finished", x->finished);
+            json_string(j, "failure", x->failure);
+            json_string(j, "state", failed        ? "failed"
+                                    : x->finished ? "finished"
+                                    : x->joined < x->world_size ? "waiting"
+                                                                : "training");
+            json_end_object(j);
+            continue;
+        }
+        if (x->async) snprintf(committed, sizeof committed, "async");
+        else snprintf(committed, sizeof committed, "%" PRIu32 "/%" PRIu32, x->committed, x->world_size);
+        if (c->nshards > 1) printf("%-22s ", c->shards[i].address);
+        printf("%-24s %7" PRIu32 " %7" PRIu32 " %10" PRIu64 " %10" PRIu64 " %11s  %s%s%s\n", x->job, x->world_size,
+               x->joined, x->version, x->open_step, committed, state, failed ? ": " : "", failed ? x->failure : "");
+    }
+    if (c->json) json_end_array(j);
+}
+
+int cli_jobs(const cli *c)
+{
+    if (!c->json)
+        printf("%s%-24s %7s %7s %10s %10s %11s  %s\n", c->nshards > 1 ? "SERVER                 " : "", "JOB", "WORLD",
+               "JOINED", "VERSION", "OPEN_STEP", "COMMITTED", "STATE");
+    Gradagg__V1__ListJobsRequest req = GRADAGG__V1__LIST_JOBS_REQUEST__INIT;
+    return per_shard(c, NULL, GA_METHOD_LIST_JOBS, &req.base, jobs_show);
 }
 
 /* ---- status ---- */
@@ -244,76 +263,39 @@ static void status_table(const cli_shard *s, const Gradagg__V1__StatusResponse *
     printf("server time: accumulate %.3f s, apply %.3f s\n", r->accumulate_seconds, r->apply_seconds);
 }
 
+static void status_show(const cli *c, const char *job, size_t i, const ProtobufCMessage *resp, json *j)
+{
+    (void)job;
+    const Gradagg__V1__StatusResponse *r = (const Gradagg__V1__StatusResponse *)resp;
+    if (!r) return;
+    if (c->json) {
+        status_json(j, r);
+        return;
+    }
+    if (i > 0) printf("\n");
+    status_table(&c->shards[i], r);
+}
+
 int cli_status(const cli *c, const char *job)
 {
-    int rc = CLI_OK;
-    json j = {stdout, 0, {false}};
-    if (c->json) {
-        json_begin_object(&j, NULL);
-        json_string(&j, "job", job);
-        json_begin_array(&j, "shards");
-    }
-    for (size_t i = 0; i < c->nshards; i++) {
-        const cli_shard *s = &c->shards[i];
-        Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
-        req.job = (char *)job;
-        ProtobufCMessage *m = NULL;
-        if (c->json) {
-            json_begin_object(&j, NULL);
-            json_string(&j, "server", s->address);
-        }
-        ga_status st = call(c, s, GA_METHOD_STATUS, &req.base, &m, c->json ? &j : NULL);
-        rc = worst(rc, cli_exit_for(st));
-        if (m && c->json) status_json(&j, (const Gradagg__V1__StatusResponse *)m);
-        else if (m) status_table(s, (const Gradagg__V1__StatusResponse *)m);
-        if (c->json) json_end_object(&j);
-        if (m && !c->json && i + 1 < c->nshards) printf("\n");
-        free_msg(m);
-    }
-    if (c->json) {
-        json_end_array(&j);
-        json_end_object(&j);
-        json_finish(&j);
-    }
-    return rc;
+    Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
+    req.job = (char *)job;
+    return per_shard(c, job, GA_METHOD_STATUS, &req.base, status_show);
 }
 
 /* ---- delete ---- */
 
+static void delete_show(const cli *c, const char *job, size_t i, const ProtobufCMessage *resp, json *j)
+{
+    if (c->json) json_bool(j, "deleted", resp != NULL);
+    else if (resp) printf("deleted job %s on %s\n", job, c->shards[i].address);
+}
+
 int cli_delete(const cli *c, const char *job)
 {
-    int rc = CLI_OK;
-    json j = {stdout, 0, {false}};
-    if (c->json) {
-        json_begin_object(&j, NULL);
-        json_string(&j, "job", job);
-        json_begin_array(&j, "shards");
-    }
-    for (size_t i = 0; i < c->nshards; i++) {
-        const cli_shard *s = &c->shards[i];
-        Gradagg__V1__DeleteJobRequest req = GRADAGG__V1__DELETE_JOB_REQUEST__INIT;
-        req.job = (char *)job;
-        ProtobufCMessage *m = NULL;
-        if (c->json) {
-            json_begin_object(&j, NULL);
-            json_string(&j, "server", s->address);
-        }
-        ga_status st = call(c, s, GA_METHOD_DELETE_JOB, &req.base, &m, c->json ? &j : NULL);
-        rc = worst(rc, cli_exit_for(st));
-        if (c->json) {
-            json_bool(&j, "deleted", st == GA_OK);
-            json_end_object(&j);
-        } else if (st == GA_OK) {
-            printf("deleted job %s on %s\n", job, s->address);
-        }
-        free_msg(m);
-    }
-    if (c->json) {
-        json_end_array(&j);
-        json_end_object(&j);
-        json_finish(&j);
-    }
-    return rc;
+    Gradagg__V1__DeleteJobRequest req = GRADAGG__V1__DELETE_JOB_REQUEST__INIT;
+    req.job = (char *)job;
+    return per_shard(c, job, GA_METHOD_DELETE_JOB, &req.base, delete_show);
 }
 
 /* ---- health ---- */

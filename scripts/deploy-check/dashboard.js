@@ -16,14 +16,7 @@ if (!dashFile || !metricsFile || !outDir) {
   console.error("usage: dashboard.js DASHBOARD.json METRICS.txt OUT_DIR");
   process.exit(2);
 }
-let failed = 0;
-function report(ok, what, why) {
-  if (ok) console.log(`PASS ${what}`);
-  else {
-    failed++;
-    console.log(`FAIL ${what}: ${why}`);
-  }
-}
+const { report, exitStatus } = require("./report");
 
 const dash = JSON.parse(fs.readFileSync(dashFile, "utf8"));
 const families = new Set();
@@ -68,4 +61,4 @@ const rules = { groups: [{ name: "dashboard", rules: exprs.map(({ expr }, i) => 
 fs.writeFileSync(path.join(outDir, "dashboard-rules.yaml"), yaml.dump(rules, { lineWidth: 200 }));
 fs.writeFileSync(path.join(outDir, "dashboard.ts"),
                  `import type { Dashboard } from "@grafana/schema";\nexport const dashboard: Dashboard = ${JSON.stringify(dash, null, 2)};\n`);
-process.exit(failed ? 1 : 0);
+process.exit(exitStatus());

@@ -254,14 +254,7 @@ function tsSource(entries) {
   return lines.join("\n");
 }
 
-let failed = 0;
-function report(ok, what, why) {
-  if (ok) console.log(`PASS ${what}`);
-  else {
-    failed++;
-    console.log(`FAIL ${what}: ${why}`);
-  }
-}
+const { report, exitStatus } = require("./report");
 
 const renderings = inputs.map(({ name, file }) => {
   const docs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((d) => d);
@@ -359,4 +352,4 @@ fs.writeFileSync(tsOut, tsSource(entries));
     { label: "self-test: metadata.labelz", doc: c },
   ]));
 }
-process.exit(failed ? 1 : 0);
+process.exit(exitStatus());
