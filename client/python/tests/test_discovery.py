@@ -1,7 +1,8 @@
 """Shard discovery (docs/protocol.md, "Shard discovery"): a shard set named by one DNS name,
 shards://NAME:PORT. Three real servers listen on 127.0.0.2-4 with one port; NAME resolves to
 all three through a hosts file that only the workers see (a mount namespace: unshare --mount,
-a bind mount over /etc/hosts), in an order unrelated to the shards' indices. Workers given the
+a copy of /etc with that hosts file bind-mounted over /etc), in an order unrelated to the
+shards' indices. Workers given the
 name train exactly as workers given the list in index order; a server in no set, a set missing
 a shard, and a shard that comes up late are each handled as documented."""
 from __future__ import annotations
@@ -58,10 +59,18 @@ def start_shard(tmp: Path, i: int, port: int, *extra: str) -> Server:
                   f"{IPS[i]}:{port}", *extra, listen=f"{IPS[i]}:{port}")
 
 
-def hosts_file(tmp: Path) -> Path:
-    h = tmp / "hosts"
-    h.write_text(Path("/etc/hosts").read_text() + "".join(f"{ip} {NAME}\n" for ip in sorted(IPS)))
-    return h
+def etc_with_name(tmp: Path) -> Path:
+    """A copy of /etc whose hosts file gives NAME every IP of the set (and whose nsswitch.conf reads
+    it: a minimal root may have neither file)."""
+    etc = tmp / "etc"
+    subprocess.run(["cp", "-a", "/etc", str(etc)], check=True)
+    hosts = etc / "hosts"
+    old = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
+    hosts.write_text(old + "".join(f"{ip} {NAME}\n" for ip in sorted(IPS)))
+    ns = etc / "nsswitch.conf"
+    if not ns.exists() or not any(l.split()[:2] == ["hosts:", "files"] for l in ns.read_text().splitlines()):
+        ns.write_text("hosts: files dns\n")
+    return etc
 
 
 WORKER = """
@@ -83,11 +92,11 @@ except gradagg.GradaggError as e:
 """
 
 
-def workers(server: str, job: str, hosts: Path, budget_ms: int = 20000, server1: str = "") -> List[Tuple[int, str]]:
-    """Two ranks (rank 1 given server1 when set), each in a mount namespace that sees `hosts` as
-    /etc/hosts."""
-    cmd = 'mount --bind "$0" /etc/hosts && exec "$@"'
-    procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(hosts), sys.executable, "-c", WORKER,
+def workers(server: str, job: str, etc: Path, budget_ms: int = 20000, server1: str = "") -> List[Tuple[int, str]]:
+    """Two ranks (rank 1 given server1 when set), each in a mount namespace that sees `etc`
+    (etc_with_name) as /etc."""
+    cmd = 'mount --bind "$0" /etc && exec "$@"'
+    procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(etc), sys.executable, "-c", WORKER,
                                server1 if r and server1 else server, job, str(r), str(budget_ms)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(2)]
@@ -101,13 +110,13 @@ def lines(out: str, key: str) -> List[str]:
 def test_a_set_named_by_one_name_trains_like_its_list(tmp_path: Path) -> None:
     port = free_port()
     shards = [start_shard(tmp_path, i, port) for i in range(3)]
-    hosts = hosts_file(tmp_path)
+    etc = etc_with_name(tmp_path)
     try:
         listed = ",".join(f"{ip}:{port}" for ip in IPS)
-        by_name = workers(f"shards://{NAME}:{port}", "named", hosts)
-        by_list = workers(listed, "listed", hosts)
+        by_name = workers(f"shards://{NAME}:{port}", "named", etc)
+        by_list = workers(listed, "listed", etc)
         # a rank given the name and a rank given the list agree on every shard's place
-        mixed = workers(f"shards://{NAME}:{port}", "mixed", hosts, server1=listed)
+        mixed = workers(f"shards://{NAME}:{port}", "mixed", etc, server1=listed)
         for rc, out in by_name + by_list + mixed:
             assert rc == 0, out
         # the same placement as the list in index order: the same bits (and they moved)
@@ -116,7 +125,7 @@ def test_a_set_named_by_one_name_trains_like_its_list(tmp_path: Path) -> None:
         assert lines(mixed[0][1], "w") == lines(mixed[1][1], "w") == [w]
         # every shard holds a part of the job, in index order (not the name's order)
         cli = str(build_dir() / "client" / "gradagg")
-        r = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts),
+        r = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc),
                             cli, "--server", f"shards://{NAME}:{port}", "jobs"], capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, r.stderr
@@ -133,7 +142,7 @@ def test_a_server_in_no_set_is_refused(tmp_path: Path) -> None:
     d.mkdir()
     plain = Server(_lib.server_binary(), d, listen=f"{IPS[2]}:{port}")  # no --shard-count
     try:
-        (rc, out), _ = workers(f"shards://{NAME}:{port}", "plain", hosts_file(tmp_path))
+        (rc, out), _ = workers(f"shards://{NAME}:{port}", "plain", etc_with_name(tmp_path))
         assert rc == 3 and "ConfigError" in out and "is in no shard set" in out and f"{IPS[2]}:{port}" in out, out
     finally:
         for s in shards + [plain]:
@@ -143,13 +152,13 @@ def test_a_server_in_no_set_is_refused(tmp_path: Path) -> None:
 def test_a_missing_shard_is_waited_for_within_the_retry_budget(tmp_path: Path) -> None:
     port = free_port()
     shards = [start_shard(tmp_path, i, port) for i in range(2)]  # shard 2 not up
-    hosts = hosts_file(tmp_path)
+    etc = etc_with_name(tmp_path)
     try:
-        (rc, out), _ = workers(f"shards://{NAME}:{port}", "short", hosts, budget_ms=1500)
+        (rc, out), _ = workers(f"shards://{NAME}:{port}", "short", etc, budget_ms=1500)
         assert rc == 3 and "ServerUnavailableError" in out and "no answer from shard 2 of 3" in out, out
         # a shard that comes up while the workers wait (a restarting pod) is found
-        cmd = 'mount --bind "$0" /etc/hosts && exec "$@"'
-        procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(hosts), sys.executable, "-c", WORKER,
+        cmd = 'mount --bind "$0" /etc && exec "$@"'
+        procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(etc), sys.executable, "-c", WORKER,
                                    f"shards://{NAME}:{port}", "late", str(r), "60000"], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for r in range(2)]
         time.sleep(2)
