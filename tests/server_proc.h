@@ -109,11 +109,15 @@ static inline void ga_test_server_thaw(ga_test_server *s) { assert_int_equal(kil
 static inline void ga_test_server_stop(ga_test_server *s, int sig)
 {
     kill(s->pid, sig);
-    int status;
-    while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR) {
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(s->pid, &status, 0)) < 0 && errno == EINTR) {
     }
     close(s->out);
-    if (sig == SIGTERM) assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (got != s->pid) fail_msg("waitpid(%d): %s", (int)s->pid, strerror(errno));
+    if (sig == SIGTERM && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        fail_msg("the server did not exit 0 after SIGTERM: %s %d (log %s)", WIFEXITED(status) ? "exit status" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? WTERMSIG(status) : -1, s->log);
 }
 
 /* Lines of the server's log that contain needle (0 without a log). */
