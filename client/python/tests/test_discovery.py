@@ -1,14 +1,14 @@
 """Shard discovery (docs/protocol.md, "Shard discovery"): a shard set named by one DNS name,
 shards://NAME:PORT. Three real servers listen on 127.0.0.2-4 with one port; NAME resolves to
-all three through a hosts file that only the workers see (a mount namespace: unshare --mount,
-a copy of /etc with that hosts file bind-mounted over /etc), in an order unrelated to the
-shards' indices. Workers given the
+all three, in an order unrelated to the shards' indices, through a hosts file that only the
+workers see: cwrap's nss_wrapper (LD_PRELOAD=libnss_wrapper.so, NSS_WRAPPER_HOSTS), which
+answers the process's getaddrinfo from that file. Workers given the
 name train exactly as workers given the list in index order; a server in no set, a set missing
 a shard, and a shard that comes up late are each handled as documented."""
 from __future__ import annotations
 
 import os
-import shutil
+import ctypes
 import socket
 import subprocess
 import sys
@@ -25,9 +25,7 @@ from _util import build_dir
 NAME = "gradagg-set.test"
 IPS = ["127.0.0.3", "127.0.0.2", "127.0.0.4"]  # shard i listens on IPS[i]; the name lists them sorted
 
-if os.geteuid() != 0 or not shutil.which("unshare"):
-    pytest.fail("test_discovery needs root and unshare (util-linux): a mount namespace for the hosts file",
-                pytrace=False)
+NSS_WRAPPER = "libnss_wrapper.so"  # Debian's libnss-wrapper (scripts/bootstrap installs it)
 
 
 def free_port() -> int:
@@ -59,18 +57,15 @@ def start_shard(tmp: Path, i: int, port: int, *extra: str) -> Server:
                   f"{IPS[i]}:{port}", *extra, listen=f"{IPS[i]}:{port}")
 
 
-def etc_with_name(tmp: Path) -> Path:
-    """A copy of /etc whose hosts file gives NAME every IP of the set (and whose nsswitch.conf reads
-    it: a minimal root may have neither file)."""
-    etc = tmp / "etc"
-    subprocess.run(["cp", "-a", "/etc", str(etc)], check=True)
-    hosts = etc / "hosts"
-    old = hosts.read_text() if hosts.exists() else "127.0.0.1 localhost\n"
-    hosts.write_text(old + "".join(f"{ip} {NAME}\n" for ip in sorted(IPS)))
-    ns = etc / "nsswitch.conf"
-    if not ns.exists() or not any(l.split()[:2] == ["hosts:", "files"] for l in ns.read_text().splitlines()):
-        ns.write_text("hosts: files dns\n")
-    return etc
+def resolver(tmp: Path) -> Dict[str, str]:
+    """The environment under which NAME resolves to every IP of the set (and nothing else changes)."""
+    try:
+        ctypes.CDLL(NSS_WRAPPER)
+    except OSError as e:
+        pytest.fail(f"{NSS_WRAPPER}: {e}: install libnss-wrapper (scripts/bootstrap does)")
+    hosts = tmp / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {NAME}\n" for ip in sorted(IPS)))
+    return {"LD_PRELOAD": NSS_WRAPPER, "NSS_WRAPPER_HOSTS": str(hosts)}
 
 
 WORKER = """
@@ -92,14 +87,14 @@ except gradagg.GradaggError as e:
 """
 
 
-def workers(server: str, job: str, etc: Path, budget_ms: int = 20000, server1: str = "") -> List[Tuple[int, str]]:
-    """Two ranks (rank 1 given server1 when set), each in a mount namespace that sees `etc`
-    (etc_with_name) as /etc."""
-    cmd = 'mount --bind "$0" /etc && exec "$@"'
-    procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(etc), sys.executable, "-c", WORKER,
-                               server1 if r and server1 else server, job, str(r), str(budget_ms)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+def spawn(server: str, job: str, rank: int, env: Dict[str, str], budget_ms: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WORKER, server, job, str(rank), str(budget_ms)],
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def workers(server: str, job: str, env: Dict[str, str], budget_ms: int = 20000, server1: str = "") -> List[Tuple[int, str]]:
+    """Two ranks (rank 1 given server1 when set) under the resolver env."""
+    procs = [spawn(server1 if r and server1 else server, job, r, env, budget_ms) for r in range(2)]
     return [(p.wait(timeout=120), p.stdout.read()) for p in procs]  # type: ignore[union-attr]
 
 
@@ -110,13 +105,13 @@ def lines(out: str, key: str) -> List[str]:
 def test_a_set_named_by_one_name_trains_like_its_list(tmp_path: Path) -> None:
     port = free_port()
     shards = [start_shard(tmp_path, i, port) for i in range(3)]
-    etc = etc_with_name(tmp_path)
+    env = resolver(tmp_path)
     try:
         listed = ",".join(f"{ip}:{port}" for ip in IPS)
-        by_name = workers(f"shards://{NAME}:{port}", "named", etc)
-        by_list = workers(listed, "listed", etc)
+        by_name = workers(f"shards://{NAME}:{port}", "named", env)
+        by_list = workers(listed, "listed", env)
         # a rank given the name and a rank given the list agree on every shard's place
-        mixed = workers(f"shards://{NAME}:{port}", "mixed", etc, server1=listed)
+        mixed = workers(f"shards://{NAME}:{port}", "mixed", env, server1=listed)
         for rc, out in by_name + by_list + mixed:
             assert rc == 0, out
         # the same placement as the list in index order: the same bits (and they moved)
@@ -125,9 +120,8 @@ def test_a_set_named_by_one_name_trains_like_its_list(tmp_path: Path) -> None:
         assert lines(mixed[0][1], "w") == lines(mixed[1][1], "w") == [w]
         # every shard holds a part of the job, in index order (not the name's order)
         cli = str(build_dir() / "client" / "gradagg")
-        r = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc),
-                            cli, "--server", f"shards://{NAME}:{port}", "jobs"], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run([cli, "--server", f"shards://{NAME}:{port}", "jobs"], env={**os.environ, **env},
+                           capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert [l.split()[0] for l in r.stdout.splitlines() if "named" in l] == [f"{ip}:{port}" for ip in IPS], r.stdout
     finally:
@@ -142,7 +136,7 @@ def test_a_server_in_no_set_is_refused(tmp_path: Path) -> None:
     d.mkdir()
     plain = Server(_lib.server_binary(), d, listen=f"{IPS[2]}:{port}")  # no --shard-count
     try:
-        (rc, out), _ = workers(f"shards://{NAME}:{port}", "plain", etc_with_name(tmp_path))
+        (rc, out), _ = workers(f"shards://{NAME}:{port}", "plain", resolver(tmp_path))
         assert rc == 3 and "ConfigError" in out and "is in no shard set" in out and f"{IPS[2]}:{port}" in out, out
     finally:
         for s in shards + [plain]:
@@ -152,15 +146,12 @@ def test_a_server_in_no_set_is_refused(tmp_path: Path) -> None:
 def test_a_missing_shard_is_waited_for_within_the_retry_budget(tmp_path: Path) -> None:
     port = free_port()
     shards = [start_shard(tmp_path, i, port) for i in range(2)]  # shard 2 not up
-    etc = etc_with_name(tmp_path)
+    env = resolver(tmp_path)
     try:
-        (rc, out), _ = workers(f"shards://{NAME}:{port}", "short", etc, budget_ms=1500)
+        (rc, out), _ = workers(f"shards://{NAME}:{port}", "short", env, budget_ms=1500)
         assert rc == 3 and "ServerUnavailableError" in out and "no answer from shard 2 of 3" in out, out
         # a shard that comes up while the workers wait (a restarting pod) is found
-        cmd = 'mount --bind "$0" /etc && exec "$@"'
-        procs = [subprocess.Popen(["unshare", "--mount", "sh", "-c", cmd, str(etc), sys.executable, "-c", WORKER,
-                                   f"shards://{NAME}:{port}", "late", str(r), "60000"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        procs = [spawn(f"shards://{NAME}:{port}", "late", r, env, 60000) for r in range(2)]
         time.sleep(2)
         assert all(p.poll() is None for p in procs), "the workers did not wait for the missing shard"
         shards.append(start_shard(tmp_path, 2, port))
