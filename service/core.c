@@ -305,10 +305,32 @@ ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__Jo
     return GA_OK;
 }
 
+/* A rank joins a job every other rank of which has left as finished: the job resumes, and the
+ * others are expected back as in a fresh job (absent, waited for by sync steps, never lost to
+ * their lease) rather than left, whose steps would close without them; their old incarnations
+ * stay refused. Decided from the members alone, so replaying the Join does the same. */
+static void expect_the_others(ga_job *job, uint32_t rank)
+{
+    for (uint32_t r = 0; r < job->world; r++) {
+        const ga_member *x = &job->members[r];
+        if (r != rank && (!x->left || x->failed_left || x->incarnation == 0)) return;
+    }
+    for (uint32_t r = 0; r < job->world; r++) {
+        ga_member *x = &job->members[r];
+        if (r == rank) continue;
+        memmove(&x->replaced[1], &x->replaced[0], (GA_JOB_REPLACED - 1) * sizeof x->replaced[0]);
+        x->replaced[0] = x->incarnation;
+        x->incarnation = 0;
+        x->left = false;
+        if (!job->async) ga_step_reinclude(&job->step, r);
+    }
+}
+
 /* Rank `rank` is held by `incarnation` from now on, and takes part in steps again. */
 static void member_take(ga_job *job, uint32_t rank, uint64_t incarnation)
 {
     ga_member *m = &job->members[rank];
+    if (m->left && !m->failed_left) expect_the_others(job, rank);
     if (m->incarnation != incarnation) {
         bool replaced = m->incarnation != 0;
         if (replaced) {

@@ -92,7 +92,8 @@ def spawn(server: str, job: str, rank: int, env: Dict[str, str], budget_ms: int)
                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def workers(server: str, job: str, env: Dict[str, str], budget_ms: int = 20000, server1: str = "") -> List[Tuple[int, str]]:
+def workers(server: str, job: str, env: Dict[str, str], budget_ms: int = 20000,
+            server1: str = "") -> List[Tuple[int, str]]:
     """Two ranks (rank 1 given server1 when set) under the resolver env."""
     procs = [spawn(server1 if r and server1 else server, job, r, env, budget_ms) for r in range(2)]
     return [(p.wait(timeout=120), p.stdout.read()) for p in procs]  # type: ignore[union-attr]

@@ -54,6 +54,29 @@ def test_a_rerun_starts_fresh_unless_it_resumes(server, job) -> None:
     assert isinstance(e.value.__cause__, errors.JobConfigError)
 
 
+def test_a_resumed_job_waits_for_every_rank(server, job) -> None:
+    """Every rank left (the job finished); rank 1 comes back first and pushes: its step waits for
+    rank 0, as a fresh job's would, instead of closing without it (docs/protocol.md, "A job's
+    life")."""
+    train(server, job, 2, 2)
+    p1, p0 = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    with gradagg.Client(server.addr, job, 1, 2, optimizer=gradagg.SGD(lr=0.5), resume=True, **FAST) as c1:
+        c1.add_tensor("p", p1)
+        c1.init()
+        assert c1.version == 2
+        c1.step_start([np.full(64, 3.0, np.float32)])
+        time.sleep(1.0)
+        assert not c1.step_done(), "step 2 closed without rank 0"
+        with gradagg.Client(server.addr, job, 0, 2, optimizer=gradagg.SGD(lr=0.5), resume=True, **FAST) as c0:
+            c0.add_tensor("p", p0)
+            c0.init()
+            c0.step([np.ones(64, np.float32)])
+            c1.step_wait()
+            # -0.5 x 2 steps of gradient 1, then the mean of 1 and 3: -1 - 0.5 x 2 = -2
+            assert c0.version == c1.version == 3
+            assert float(p0[0]) == float(p1[0]) == -2.0
+
+
 @pytest.fixture
 def expiring(tmp_path: Path):
     s = Server(_lib.server_binary(), tmp_path, "--finished-job-retention-s", "0", "--rank-lost-ms", "400")

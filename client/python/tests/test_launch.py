@@ -46,6 +46,8 @@ def free_port() -> int:
 
 def test_torchrun_trains_the_digits_example(server, tmp_path: Path) -> None:
     torchrun = shutil.which("torchrun") or "/usr/bin/torchrun"
+    # torchrun's agent resolves this host's name, which an installed Debian does through
+    # /etc/hosts (the installer writes it).
     # What --standalone does, on 127.0.0.1 and a free port rather than localhost:29400 (a minimal
     # root may not resolve localhost; two runs at once would share the port). Debian 12's torchrun
     # (PyTorch 1.13 on Python 3.11) fails at start unless --redirects and --tee are single
