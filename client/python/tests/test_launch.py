@@ -46,15 +46,14 @@ def free_port() -> int:
 
 def test_torchrun_trains_the_digits_example(server, tmp_path: Path) -> None:
     torchrun = shutil.which("torchrun") or "/usr/bin/torchrun"
-    # torchrun's agent resolves this host's name, which an installed Debian does through
-    # /etc/hosts (the installer writes it).
-    # What --standalone does, on 127.0.0.1 and a free port rather than localhost:29400 (a minimal
-    # root may not resolve localhost; two runs at once would share the port). Debian 12's torchrun
-    # (PyTorch 1.13 on Python 3.11) fails at start unless --redirects and --tee are single
-    # non-zero values (docs/launch.md).
+    # One node, its store on 127.0.0.1 and a free port (static rendezvous) rather than
+    # --standalone's localhost:29400: a minimal root may not resolve localhost or this host's name,
+    # and two runs at once would share the port. Debian 12's torchrun (PyTorch 1.13 on Python
+    # 3.11) fails at start unless --redirects and --tee are single non-zero values (docs/launch.md).
     run_id = str(uuid.uuid4())
-    r = subprocess.run([sys.executable, torchrun, "--nnodes", "1", "--nproc_per_node", "4", "--rdzv_backend", "c10d",
-                        "--rdzv_endpoint", f"127.0.0.1:{free_port()}", "--rdzv_id", run_id, "-r", "1", "-t", "1",
+    r = subprocess.run([sys.executable, torchrun, "--nnodes", "1", "--nproc_per_node", "4", "--rdzv_backend", "static",
+                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--node_rank", "0",
+                        "--rdzv_id", run_id, "-r", "1", "-t", "1",
                         "--log_dir", str(tmp_path / "logs"), str(REPO / "examples" / "digits_torchrun.py"),
                         "--epochs", "3"],
                        env=worker_env(GRADAGG_SERVER=server.addr), cwd=tmp_path, capture_output=True, text=True,
