@@ -72,21 +72,31 @@ static ga_status ask(const char *target, const ga_channel_security *sec, uint32_
     return st;
 }
 
-/* One round: every address of host:port asked. Fills answers[index] (first answer kept) and
- * *count; GA_E_CONFIG / GA_E_NOMEM end the discovery, GA_E_UNAVAILABLE asks for another round. */
+static void answers_clear(answer *answers, uint32_t *count)
+{
+    for (uint32_t i = 0; i < *count; i++) {
+        ga_free(answers[i].address);
+        answers[i] = (answer){0, NULL};
+    }
+    *count = 0;
+}
+
+/* One round: every address of host:port asked, answers[index] and *count filled afresh (a shard
+ * replaced since the last round may advertise another address). GA_E_CONFIG / GA_E_NOMEM end
+ * the discovery, GA_E_UNAVAILABLE asks for another round. */
 static ga_status round_once(const char *host, const char *port, const ga_channel_security *sec, uint32_t timeout_ms,
                             answer *answers, uint32_t *count, char *why, size_t cap)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    answers_clear(answers, count);
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0)
         return ga_status_fail(GA_E_UNAVAILABLE, why, cap, "shards://%s:%s: %s does not resolve: %s", host, port, host,
                               gai_strerror(rc));
     ga_status st = GA_OK;
-    char seen[64][INET6_ADDRSTRLEN + 16];
-    size_t nseen = 0, asked = 0;
+    size_t asked = 0;
     for (struct addrinfo *a = res; a && st == GA_OK && asked < MAX_ADDRESSES; a = a->ai_next) {
         char ip[INET6_ADDRSTRLEN], target[INET6_ADDRSTRLEN + 16];
         const void *raw = a->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr
@@ -94,11 +104,7 @@ static ga_status round_once(const char *host, const char *port, const ga_channel
         if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) || !inet_ntop(a->ai_family, raw, ip, sizeof ip))
             continue;
         snprintf(target, sizeof target, a->ai_family == AF_INET6 ? "[%s]:%s" : "%s:%s", ip, port);
-        bool dup = false;
-        for (size_t i = 0; i < nseen; i++) dup |= strcmp(seen[i], target) == 0;
-        if (dup) continue;
-        if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", target);
-        asked++;
+        asked++; /* an address listed twice answers the same twice: no conflict */
         Gradagg__V1__ShardInfoResponse *r = NULL;
         char one[256];
         if (ask(target, sec, timeout_ms, &r, one, sizeof one) != GA_OK) continue; /* restarting: next round */
@@ -181,7 +187,7 @@ ga_status ga_discover_shards(const char *server, const ga_channel_security *sec,
             *out = list;
         }
     }
-    for (uint32_t i = 0; i < MAX_ADDRESSES; i++) ga_free(answers[i].address);
+    answers_clear(answers, &count);
     ga_free(answers);
     return st;
 }

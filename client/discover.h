@@ -20,9 +20,10 @@ bool ga_discover_named(const char *server);
  * has (getaddrinfo), asks each address ShardInfo over a channel of its own (sec, whose
  * target_name defaults to NAME: a TLS certificate must name the set's DNS name), and writes to
  * *out (owned, ga_free) the shards' advertised addresses in index order, comma-separated: the
- * server list the SDK then uses. Every answer must give the same count (>= 1) and each index
- * below it one address. While an index has no answer yet (a shard restarting: its address gone
- * from the name or not listening) it asks again, backoff_ms doubling to backoff_max_ms, until
+ * server list the SDK then uses. In one round (NAME resolved, every address asked) every answer
+ * must give the same count (>= 1) and each index below it one address. While a round leaves an
+ * index without an answer (a shard restarting: its address gone from the name or not listening)
+ * another round follows, backoff_ms doubling to backoff_max_ms, until
  * budget_ms have passed (0: once). Errors, with why[0..cap): GA_E_INVAL (not NAME:PORT),
  * GA_E_CONFIG (a server in no set: no --shard-count; counts that differ; two addresses for one
  * index), GA_E_UNAVAILABLE (NAME does not resolve, or the set was not complete in time: why names
