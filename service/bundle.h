@@ -26,7 +26,11 @@ typedef struct ga_push {
     uint64_t incarnation;
     uint64_t step;
     bool has_lr; /* the step's learning rate (PushChunk.has_lr / lr); else the job's */
-    float lr;
+    float lr;    /* once the core accepted the push: the lr it names for its step (the job's without has_lr) */
+    /* Set by the core when it accepts the push: the version its rank last pulled, from which
+     * the gradients were computed (has_base false: none since the server started). */
+    bool has_base;
+    uint64_t base_version;
     ga_push_part *parts;
     size_t count, cap;
     size_t payload_bytes; /* the chunks' payloads */
@@ -34,7 +38,7 @@ typedef struct ga_push {
                              unpacked message, strings and part entry) */
     ga_budget *budget;    /* where held_bytes were taken from as the chunks came (NULL: none) */
     size_t budgeted;      /* of held_bytes, what is still taken: given back when freed */
-    struct ga_push *next; /* the core's list of bundles lent to the store (job.h) */
+    struct ga_push *next; /* the core's lists: bundles lent to the store, pushes ahead (job.h) */
 } ga_push;
 
 typedef struct ga_init_part {

@@ -228,7 +228,12 @@ static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest 
 {
     ga_job_settings set;
     GA_CHECK(ga_job_settings_from(req->config, &c->opt, &set, why, GA_WHY_CAP));
-    if (req->rank >= set.world) {
+    if (req->any_rank && set.min_world == 0) {
+        snprintf(why, GA_WHY_CAP, "any_rank needs an elastic job (config.min_world_size > 0); job '%s' is not one",
+                 req->job);
+        return GA_E_INVAL;
+    }
+    if (!req->any_rank && req->rank >= set.world) {
         snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
         return GA_E_RANK;
     }
@@ -257,6 +262,7 @@ void ga_core_job_drop(ga_core *c, ga_job *job)
         c->njobs--;
         break;
     }
+    c->held_bytes -= job->held_bytes; /* the open step's and the ahead pushes go with it */
     ga_job_destroy(job);
 }
 
@@ -295,6 +301,7 @@ ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__Jo
     job->tasks.idle = ga_core_job_idle;
     job->tasks.idle_arg = job;
     job->tasks.run_inline = c->replaying;
+    if (!job->async) ga_core_step_exclude_absent(job); /* elastic: nobody has joined yet */
     c->jobs[c->njobs++] = job;
     ga_status st = ga_persist_job(job, why);
     if (st != GA_OK) {
@@ -322,7 +329,7 @@ static void expect_the_others(ga_job *job, uint32_t rank)
         x->replaced[0] = x->incarnation;
         x->incarnation = 0;
         x->left = false;
-        if (!job->async) ga_step_reinclude(&job->step, r);
+        if (!job->async && job->min_world == 0) ga_step_reinclude(&job->step, r); /* elastic: not waited for */
     }
 }
 
@@ -368,10 +375,11 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
     if (change->rank >= job->world)
         return ga_status_fail(GA_E_PROTO, why, cap, "journal: member change of rank %u in a world of %u", change->rank,
                               job->world);
-    if (change->left == 2) { /* left as failed: its step waits for it, as it did live */
+    if (change->left == 2) { /* left as failed: its step waits for it, as it did live; elastic: lost */
         job->members[change->rank].incarnation = change->incarnation;
         job->members[change->rank].left = true;
         job->members[change->rank].failed_left = true;
+        if (job->min_world > 0) ga_core_member_gone(job, change->rank);
     } else if (change->left) {
         job->members[change->rank].incarnation = change->incarnation;
         ga_core_member_gone(job, change->rank);
@@ -379,6 +387,31 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
         member_take(job, change->rank, change->incarnation);
     }
     return GA_OK;
+}
+
+/* any_rank (elastic jobs): req->rank becomes the rank this incarnation holds (a retried Join),
+ * else the lowest rank nobody holds (never joined, left, or lost). GA_E_LIMIT when every rank is
+ * held. */
+static ga_status pick_rank(const ga_job *job, Gradagg__V1__JoinRequest *req, char *why)
+{
+    if (job->min_world == 0) {
+        snprintf(why, GA_WHY_CAP, "any_rank needs an elastic job (config.min_world_size > 0); job '%s' is not one",
+                 job->name);
+        return GA_E_INVAL;
+    }
+    for (uint32_t r = 0; r < job->world; r++)
+        if (job->members[r].incarnation == req->incarnation && !job->members[r].left) {
+            req->rank = r;
+            return GA_OK;
+        }
+    for (uint32_t r = 0; r < job->world; r++)
+        if (job->members[r].incarnation == 0 || job->members[r].left) {
+            req->rank = r;
+            return GA_OK;
+        }
+    snprintf(why, GA_WHY_CAP, "every rank of job '%s' is held (world_size %u, its most ranks): no rank for incarnation %"
+             PRIu64, job->name, job->world, req->incarnation);
+    return GA_E_LIMIT;
 }
 
 /* Takes rank for `incarnation`: GA_E_RANK_HELD while another live holder has it. */
@@ -444,18 +477,19 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
             /* Before the job's first push, ranks that disagree on it are a broken launch: every
              * one fails now rather than waiting for this rank. Later, a running job is not
              * failed by a stray Join (a rerun under its name with other settings). */
-            if (!job->any_commit && req->rank < job->world && job->fault == GA_OK) {
+            if (!job->any_commit && !req->any_rank && req->rank < job->world && job->fault == GA_OK) {
                 char what[GA_WHY_CAP];
                 snprintf(what, sizeof what, "joined with another config: field %s differs", path);
                 ga_core_rank_failed(job, req->rank, false, what);
             }
             goto done;
         }
-        if (req->rank >= job->world) {
-            st = GA_E_RANK;
-            snprintf(why, sizeof why, "rank %u outside [0, %u) of job '%s'", req->rank, job->world, job->name);
-            goto done;
-        }
+    }
+    if (req->any_rank) GA_CHECK_GOTO(pick_rank(job, req, why), st, done);
+    if (req->rank >= job->world) {
+        st = GA_E_RANK;
+        snprintf(why, sizeof why, "rank %u outside [0, %u) of job '%s'", req->rank, job->world, job->name);
+        goto done;
     }
     if (job->fault != GA_OK) {
         st = job->fault;
@@ -480,7 +514,9 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
         goto done;
     }
     resp.version = job->version;
-    resp.open_step = job->async ? job->version : job->step.step;
+    /* A rank the open step excluded (a later rank was already added into its sum) pushes the next. */
+    resp.open_step = job->async ? job->version : job->step.step + (job->step.slot[req->rank] == GA_SLOT_EXCLUDED);
+    resp.rank = req->rank;
     resp.world_size = job->world;
     resp.heartbeat_ms = c->opt.rank_lost_ms / 4 ? c->opt.rank_lost_ms / 4 : 1;
     ga_core_tensor_infos(job, infos, ptrs, &resp.n_tensors);
@@ -525,7 +561,8 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
     /* A rank that fails, or one told of a failure, is gone, but its step waits for the rank (its
      * restart), unless the job goes on without failed ranks. */
     bool failing = req->failed && !saw_failure, waited = (failing && !ga_core_rank_goes_on(job)) || saw_failure;
-    ga_journal_member change = {req->rank, waited ? 2 : 1, req->incarnation};
+    /* 2: left as failed (elastic: gone, and the job not finished), 1: gone */
+    ga_journal_member change = {req->rank, waited || (failing && job->min_world > 0) ? 2 : 1, req->incarnation};
     GA_CHECK_GOTO(ga_persist_member(job, &change, why), st, done);
     ga_core_touch(c, job, req->rank);
     if (failing || saw_failure) {

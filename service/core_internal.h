@@ -97,7 +97,8 @@ void ga_core_jobs_expire(ga_core *c);
 void ga_core_step_advance(ga_job *job);   /* hands out bundles that are next in rank order */
 void ga_core_step_try_close(ga_job *job); /* closes the step when complete, or at the deadline with quorum */
 void ga_core_step_close(ga_job *job, bool by_deadline); /* closes with what it has (>= 1 commit) */
-void ga_core_step_exclude_left(ga_job *job);            /* excludes ranks that left from the open step */
+/* Excludes from the open step the ranks that left and, in an elastic job, those that never joined. */
+void ga_core_step_exclude_absent(ga_job *job);
 
 /* Persistence (core_persist.c). Each append returns GA_E_IO with a message when the journal
  * cannot take the record: the caller refuses the request and changes nothing. No-ops without

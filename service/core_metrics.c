@@ -133,6 +133,14 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
         ga_label l = {"ga_job", c->jobs[i]->name};
         ga_metrics_histogram(t, "gradagg_step_duration_seconds", &l, 1, &c->jobs[i]->step_seconds);
     }
+    ga_metrics_family(t, "gradagg_push_staleness", "histogram",
+                      "Each push a sync step applied: its step minus the version its rank last pulled (0: fresh; "
+                      "up to the job's staleness).");
+    for (size_t i = 0; i < series_jobs(c); i++) {
+        if (c->jobs[i]->async) continue;
+        ga_label l = {"ga_job", c->jobs[i]->name};
+        ga_metrics_histogram(t, "gradagg_push_staleness", &l, 1, &c->jobs[i]->staleness_hist);
+    }
     write_received(c, t, "gradagg_received_bytes_total",
                    "Payload bytes of committed pushes as they came on the wire, by codec.", false);
     write_received(c, t, "gradagg_received_fp32_bytes_total",

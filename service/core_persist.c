@@ -328,7 +328,10 @@ static ga_status restore_begin(void *arg, ga_ckpt_meta *m, char *why, size_t cap
     job->deadline_closes = m->deadline_closes;
     job->duplicate_pushes = m->duplicate_pushes;
     if (m->version > 0) job->any_commit = true;
-    if (!job->async) ga_step_open(&job->step, m->version);
+    if (!job->async) {
+        ga_step_open(&job->step, m->version);
+        if (job->min_world) ga_core_step_exclude_absent(job); /* elastic: as when a step opens live */
+    }
     return GA_OK;
 }
 

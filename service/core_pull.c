@@ -14,9 +14,13 @@
  * hands the call a reference of its own to the blob, released once the bytes are out. */
 static void remember_sending(ga_job *job, ga_call *call, uint64_t version);
 
-static void answer(ga_job *job, ga_call *call, bool has_version, uint64_t have_version)
+static void answer(ga_job *job, ga_call *call, uint32_t rank, bool has_version, uint64_t have_version)
 {
     uint64_t v = job->version;
+    if (rank < job->world) { /* what its next push is computed from (SSP staleness) */
+        job->members[rank].has_pulled = true;
+        job->members[rank].pulled_version = v;
+    }
     bool delta = job->store_cfg.pull_codec != GA_CODEC_NONE && has_version && v >= 1 && have_version == v - 1;
     size_t pe = job->store_cfg.piece_elems;
     Gradagg__V1__Codec codec;
@@ -117,7 +121,7 @@ void ga_core_pulls_serve(ga_job *job)
         next = w->next;
         if (w->min_version > job->version) continue;
         unlink_wait(w);
-        answer(job, w->call, w->has_version, w->have_version);
+        answer(job, w->call, w->rank, w->has_version, w->have_version);
         ga_free(w);
     }
 }
@@ -131,7 +135,7 @@ void ga_core_pulls_end(ga_job *job, ga_status st, const char *why)
         next = w->next;
         unlink_wait(w);
         if (answerable && w->min_version <= job->version)
-            answer(job, w->call, w->has_version, w->have_version);
+            answer(job, w->call, w->rank, w->has_version, w->have_version);
         else
             ga_call_finish(w->call, NULL, st, "%s", why);
         ga_free(w);
@@ -170,7 +174,7 @@ void ga_core_pull(ga_core *c, ga_call *call, Gradagg__V1__PullRequest *req)
         goto refuse;
     }
     if (req->min_version <= job->version && !apply_queued(job)) {
-        answer(job, call, req->has_version, req->have_version);
+        answer(job, call, req->rank, req->has_version, req->have_version);
         goto free;
     }
     /* Queued work may already promise later versions than the next one (async commits, or a

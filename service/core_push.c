@@ -361,11 +361,31 @@ void ga_core_step_advance(ga_job *job)
     while ((p = ga_step_next(&job->step, &rank))) queue_accumulate(job, p);
 }
 
-void ga_core_step_exclude_left(ga_job *job)
+void ga_core_step_exclude_absent(ga_job *job)
 {
-    for (uint32_t r = 0; r < job->world; r++)
-        if (job->members[r].left) ga_step_exclude(&job->step, r);
+    for (uint32_t r = 0; r < job->world; r++) {
+        const ga_member *m = &job->members[r];
+        if (m->left || (job->min_world > 0 && m->incarnation == 0)) ga_step_exclude(&job->step, r);
+    }
 }
+
+/* The closed step's contributors into the job's ring of records (Status recent_steps). Out of
+ * memory: the record holds no ranks. */
+static void record_step(ga_job *job)
+{
+    const ga_step *s = &job->step;
+    struct ga_step_record *r = &job->records[job->records_next];
+    ga_free(r->ranks);
+    r->step = s->step;
+    r->nranks = 0;
+    r->ranks = ga_malloc((s->committed + 1) * sizeof *r->ranks);
+    for (uint32_t k = 0; r->ranks && k < s->world; k++)
+        if (ga_step_has(s, k)) r->ranks[r->nranks++] = k;
+    job->records_next = (job->records_next + 1) % GA_JOB_STEP_RECORDS;
+    if (job->records_count < GA_JOB_STEP_RECORDS) job->records_count++;
+}
+
+static void commit_ahead(ga_job *job);
 
 void ga_core_step_close(ga_job *job, bool by_deadline)
 {
@@ -387,17 +407,22 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
                "lowest contributing rank's); logged once per job",
                job->name, step, s->lr_rank, (double)s->lr);
     }
+    record_step(job);
     queue_apply(job, contributors, step + 1, job->step_start_ns, s->lr);
-    /* The next step opens now: its pushes queue behind this step's apply. */
+    /* The next step opens now: its pushes queue behind this step's apply. The pushes that came
+     * ahead for it are its first commits, also those of ranks that left since. */
     ga_step_open(s, step + 1);
-    ga_core_step_exclude_left(job);
+    commit_ahead(job);
+    ga_core_step_exclude_absent(job);
     ga_core_step_advance(job);
+    ga_core_step_try_close(job);
 }
 
 void ga_core_step_try_close(ga_job *job)
 {
     ga_step *s = &job->step;
     if (s->committed == 0 || job->fault != GA_OK || job->core->drained) return;
+    if (s->committed < job->min_world) return; /* an elastic job below its minimum waits */
     bool complete = ga_step_complete(s);
     if (!complete && !(s->deadline_fired && s->committed >= job->quorum)) return;
     ga_core_step_close(job, !complete);
@@ -413,6 +438,35 @@ static void step_lr(ga_step *s, uint32_t rank, float lr)
     if (s->committed == 0 || rank < s->lr_rank) {
         s->lr = lr;
         s->lr_rank = rank;
+    }
+}
+
+/* A push (checked, journaled, counted) joins the open step, its own: lr, start time, deadline,
+ * and the staleness of what it was computed from. Takes push. */
+static void commit_to_step(ga_job *job, ga_push *push)
+{
+    ga_step *s = &job->step;
+    if (s->committed == 0) job->step_start_ns = uv_hrtime();
+    step_lr(s, push->rank, push->lr);
+    if (push->has_base)
+        ga_histogram_observe(&job->staleness_hist,
+                             push->base_version < s->step ? (double)(s->step - push->base_version) : 0.0);
+    ga_step_commit(s, push->rank, push);
+    if (s->committed == 1 && job->deadline_ms > 0) uv_timer_start(job->timer, deadline_fired, job->deadline_ms, 0);
+}
+
+/* The step just opened: the pushes that came ahead for it are committed to it, in arrival order. */
+static void commit_ahead(ga_job *job)
+{
+    for (ga_push **p = &job->ahead; *p;) {
+        ga_push *push = *p;
+        if (push->step != job->step.step) {
+            p = &push->next;
+            continue;
+        }
+        *p = push->next;
+        push->next = NULL;
+        commit_to_step(job, push);
     }
 }
 
@@ -434,18 +488,29 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
         }
         goto free;
     }
-    if (push->step > s->step) {
-        ga_call_finish(call, NULL, GA_E_STEP_FUTURE,
-                       "step %" PRIu64 " of job '%s' is not open yet; the open step is %" PRIu64, push->step, job->name,
-                       s->step);
-        goto free;
-    }
-    if (ga_step_has(s, push->rank)) {
+    if (push->step > s->step && committed_before(m, push->step)) { /* a retried push ahead */
         job->duplicate_pushes++;
         ack(call, push->step, true, job->version);
         goto free;
     }
-    if (s->slot[push->rank] == GA_SLOT_EXCLUDED) {
+    if (push->step > s->step + job->staleness) {
+        if (job->staleness)
+            ga_call_finish(call, NULL, GA_E_STEP_FUTURE,
+                           "step %" PRIu64 " of job '%s' is more than %u steps past the open step %" PRIu64
+                           " (config.staleness): wait for step %" PRIu64 " to close",
+                           push->step, job->name, job->staleness, s->step, push->step - job->staleness - 1);
+        else
+            ga_call_finish(call, NULL, GA_E_STEP_FUTURE,
+                           "step %" PRIu64 " of job '%s' is not open yet; the open step is %" PRIu64, push->step,
+                           job->name, s->step);
+        goto free;
+    }
+    if (push->step == s->step && ga_step_has(s, push->rank)) {
+        job->duplicate_pushes++;
+        ack(call, push->step, true, job->version);
+        goto free;
+    }
+    if (push->step == s->step && s->slot[push->rank] == GA_SLOT_EXCLUDED) {
         job->late_pushes++;
         ga_call_finish(call, NULL, GA_E_STEP_CLOSED,
                        "rank %u was excluded from step %" PRIu64 " of job '%s' when it left; push step %" PRIu64,
@@ -463,12 +528,20 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     job->any_commit = true;
     record_commit(m, push->step);
     count_received(job, push);
-    if (s->committed == 0) job->step_start_ns = uv_hrtime();
-    step_lr(s, push->rank, lr);
-    uint32_t rank = push->rank;
-    ga_step_commit(s, rank, push);
-    ack(call, s->step, false, job->version);
-    if (s->committed == 1 && job->deadline_ms > 0) uv_timer_start(job->timer, deadline_fired, job->deadline_ms, 0);
+    push->has_base = m->has_pulled;
+    push->base_version = m->pulled_version;
+    push->lr = lr;
+    uint64_t step = push->step;
+    if (step > s->step) { /* ahead: committed to its step when that opens */
+        ga_push **tail = &job->ahead;
+        while (*tail) tail = &(*tail)->next;
+        push->next = NULL;
+        *tail = push;
+        ack(call, step, false, job->version);
+        return;
+    }
+    commit_to_step(job, push);
+    ack(call, step, false, job->version);
     ga_core_step_advance(job);
     ga_core_step_try_close(job);
     return;

@@ -17,7 +17,7 @@
 
 bool ga_core_rank_goes_on(const ga_job *job)
 {
-    return !job->async && job->deadline_ms > 0 && job->quorum < job->world;
+    return !job->async && (job->min_world > 0 || (job->deadline_ms > 0 && job->quorum < job->world));
 }
 
 bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what)
@@ -25,6 +25,10 @@ bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what
     if (rank >= job->world) return false;
     if (lost) job->ranks_lost++;
     else job->ranks_failed++;
+    if (job->min_world > 0) { /* elastic: the rank is gone, as after a Leave */
+        ga_log(GA_LOG_WARN, "job '%s': rank %u %s; the elastic job goes on without it", job->name, rank, what);
+        return true;
+    }
     if (ga_core_rank_goes_on(job)) { /* its steps close at the deadline without the rank */
         ga_log(GA_LOG_WARN, "job '%s': rank %u %s; the job goes on without it (deadline %u ms, quorum %u of %u)",
                job->name, rank, what, job->deadline_ms, job->quorum, job->world);
@@ -63,6 +67,25 @@ void ga_core_rank_replaced(ga_job *job)
 
 /* ---- the lease ---- */
 
+/* A rank of an elastic job was lost: it leaves, its open step goes on without it, and the job
+ * does not count as finished until its rank is taken again. Journaled first (a restart must
+ * not wait for it); when the journal cannot take it, the next sweep tries again. */
+static void elastic_lost(ga_job *job, uint32_t rank, const char *what)
+{
+    ga_member *m = &job->members[rank];
+    char why[GA_WHY_CAP];
+    ga_journal_member change = {rank, 2, m->incarnation};
+    if (ga_persist_member(job, &change, why) != GA_OK) {
+        ga_log(GA_LOG_ERROR, "job '%s': rank %u %s, but the journal cannot record it (%s): tried again", job->name,
+               rank, what, why);
+        return;
+    }
+    m->lost = m->incarnation;
+    m->failed_left = true;
+    ga_core_rank_failed(job, rank, true, what); /* logs and counts it */
+    ga_core_member_gone(job, rank);
+}
+
 #define RESTORED_LEASE_MS 30000u
 
 static void sweep(uv_timer_t *timer)
@@ -84,12 +107,16 @@ static void sweep(uv_timer_t *timer)
             if (m->incarnation == 0 || m->left || ga_member_waiting(m) || now - m->active_ms <= limit) continue;
             if (job->failed_incarnations && job->failed_incarnations[r] == m->incarnation) continue; /* told */
             if (m->lost == m->incarnation) continue; /* reported once (a job that goes on without it) */
-            m->lost = m->incarnation;
             char what[200];
             snprintf(what, sizeof what,
                      "lost: incarnation %" PRIu64 " made no call and sent no heartbeat for %" PRIu64
                      " ms (--rank-lost-ms %" PRIu64 "%s)",
                      m->incarnation, now - m->active_ms, limit, m->unseen ? " since the server restarted" : "");
+            if (job->min_world > 0) {
+                elastic_lost(job, r, what);
+                continue;
+            }
+            m->lost = m->incarnation;
             ga_core_rank_failed(job, r, true, what);
         }
     }

@@ -2,6 +2,7 @@
  * health"). On the loop thread, as the rest of the core. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core_internal.h"
 #include "ga_alloc.h"
@@ -33,6 +34,21 @@ static const char *job_failure(const ga_job *job)
     return "";
 }
 
+/* An elastic job's open step below its minimum: "waiting for ranks: ..." into buf; "" otherwise. */
+static const char *job_waiting(const ga_job *job, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    if (job->async || job->min_world == 0 || job->step.committed >= job->min_world) return buf;
+    uint32_t members = 0;
+    for (uint32_t r = 0; r < job->world; r++) members += job->members[r].incarnation != 0 && !job->members[r].left;
+    if (members >= job->min_world) return buf; /* the members are there: the step waits for pushes, as any */
+    snprintf(buf, cap,
+             "waiting for ranks: %u joined, step %llu needs %u contributors (config.min_world_size); it closes once "
+             "more ranks join and push",
+             members, (unsigned long long)job->step.step, job->min_world);
+    return buf;
+}
+
 void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req)
 {
     ga_job *job = ga_core_job(c, req->job);
@@ -47,6 +63,8 @@ void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req)
     Gradagg__V1__TensorInfo *infos = ga_malloc((job->ntensors + 1) * sizeof *infos);
     Gradagg__V1__TensorInfo **tp = ga_malloc((job->ntensors + 1) * sizeof *tp);
     Gradagg__V1__CodecBytes cb[GA_CODEC_COUNT], *cbp[GA_CODEC_COUNT];
+    Gradagg__V1__StepRecord rec[GA_JOB_STEP_RECORDS], *recp[GA_JOB_STEP_RECORDS];
+    char waiting[200];
     if (!ms || !mp || !infos || !tp) {
         ga_call_finish(call, NULL, GA_E_NOMEM, "out of memory answering the status of job '%s'", job->name);
         goto out;
@@ -88,6 +106,17 @@ void ga_core_status(ga_core *c, ga_call *call, Gradagg__V1__StatusRequest *req)
     resp.received = cbp;
     resp.finished = job->finished_ms != 0;
     resp.failure = (char *)job_failure(job);
+    for (uint32_t k = 0; k < job->records_count; k++) { /* oldest first */
+        uint32_t i = (job->records_next + GA_JOB_STEP_RECORDS - job->records_count + k) % GA_JOB_STEP_RECORDS;
+        gradagg__v1__step_record__init(&rec[k]);
+        rec[k].step = job->records[i].step;
+        rec[k].n_ranks = job->records[i].nranks;
+        rec[k].ranks = job->records[i].ranks;
+        recp[k] = &rec[k];
+    }
+    resp.n_recent_steps = job->records_count;
+    resp.recent_steps = recp;
+    resp.waiting = (char *)job_waiting(job, waiting, sizeof waiting);
     ga_call_finish(call, &resp.base, GA_OK, NULL);
 out:
     ga_free(ms), ga_free(mp), ga_free(infos), ga_free(tp);

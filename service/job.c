@@ -58,6 +58,21 @@ ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_
         if (s.quorum == 0) s.quorum = opt->default_quorum < cfg->world_size ? opt->default_quorum : cfg->world_size;
     }
     if (s.quorum == 0) s.quorum = cfg->world_size;
+    if (cfg->min_world_size > cfg->world_size)
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.min_world_size %u exceeds world_size %u (the most ranks)",
+                              cfg->min_world_size, cfg->world_size);
+    if (cfg->min_world_size > 0 && s.async)
+        return ga_status_fail(GA_E_INVAL, why, cap,
+                              "config.min_world_size %u needs sync mode (async jobs apply every push alone)",
+                              cfg->min_world_size);
+    if (cfg->staleness > GA_JOB_MAX_STALENESS)
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.staleness %u outside [0, %u]", cfg->staleness,
+                              GA_JOB_MAX_STALENESS);
+    if (cfg->staleness > 0 && s.async)
+        return ga_status_fail(GA_E_INVAL, why, cap, "config.staleness %u needs sync mode (async has no bound)",
+                              cfg->staleness);
+    s.min_world = cfg->min_world_size;
+    s.staleness = cfg->staleness;
     GA_CHECK(
         ga_codec_from_wire(cfg->pull_codec, "config.pull_codec", &s.store.pull_codec, &s.store.pull_params, why, cap));
     if (cfg->pull_auto_bits != 0.0f) {
@@ -239,6 +254,13 @@ static void job_free_fields(ga_job *job)
         job->lent = p->next;
         ga_push_free(p);
     }
+    while (job->ahead) {
+        ga_push *p = job->ahead;
+        job->ahead = p->next;
+        ga_push_free(p);
+    }
+    for (uint32_t i = 0; job->records && i < GA_JOB_STEP_RECORDS; i++) ga_free(job->records[i].ranks);
+    ga_free(job->records);
     ga_free(job->members);
     ga_free(job->failed_incarnations);
     if (job->config) protobuf_c_message_free_unpacked(&job->config->base, &ga_wire_allocator);
@@ -259,13 +281,18 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     job->async = set->async;
     job->deadline_ms = set->deadline_ms;
     job->quorum = set->quorum;
+    job->min_world = set->min_world;
+    job->staleness = set->staleness;
     job->store_cfg = set->store;
     ga_histogram_init(&job->step_seconds, ga_metrics_step_bounds, ga_metrics_step_nbounds);
+    ga_histogram_init(&job->staleness_hist, ga_metrics_staleness_bounds, ga_metrics_staleness_nbounds);
     if (!(job->name = ga_strdup(name)) || !(job->config = copy_config(cfg)) ||
+        !(job->records = ga_calloc(GA_JOB_STEP_RECORDS, sizeof *job->records)) ||
         !(job->members = ga_calloc(set->world, sizeof *job->members)) ||
         !(job->timer = ga_calloc(1, sizeof *job->timer)))
         goto fail;
     GA_CHECK_GOTO(ga_step_init(&job->step, set->world), rc, fail);
+    job->step.hold_below = set->min_world;
     rc = ga_store_create(&job->store_cfg, &job->store);
     if (rc != GA_OK) {
         char text[256];

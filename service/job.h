@@ -16,6 +16,10 @@
 #include "task.h"
 
 #define GA_JOB_MAX_WORLD 4096u
+/* The most steps a rank may push past the open one (JobConfig.staleness). */
+#define GA_JOB_MAX_STALENESS 32u
+/* Closed steps whose contributors a job remembers (Status recent_steps). */
+#define GA_JOB_STEP_RECORDS 64u
 /* Replaced incarnations remembered per rank, so their calls get GA_E_STALE. */
 #define GA_JOB_REPLACED 4u
 
@@ -31,6 +35,8 @@ typedef struct ga_member {
     uint32_t inits_waiting; /* ... and one blocked in an awaiting init */
     bool has_pushed;
     uint64_t last_step; /* last committed step */
+    bool has_pulled;
+    uint64_t pulled_version; /* the version its last answered pull sent: its pushes' base (SSP staleness) */
     /* Sync: bit i set = step last_step - i committed by this rank. Older steps count as not
      * committed (a retry 64 steps late is refused as closed). */
     uint64_t commit_mask;
@@ -74,6 +80,20 @@ typedef struct ga_job {
     uint32_t world;
     bool async;
     uint32_t deadline_ms, quorum; /* effective straggler policy; deadline 0 = none */
+    /* Elastic (min_world > 0, docs/protocol.md "Elastic jobs"): world is the most ranks; ranks
+     * that are not members are not waited for, and a step closes with at least min_world
+     * contributors. */
+    uint32_t min_world;
+    uint32_t staleness; /* pushes may name steps up to this many past the open one (SSP) */
+    /* Pushes for steps after the open one (staleness > 0), in arrival order: each is committed
+     * to its step when the step opens (core_push.c). */
+    ga_push *ahead;
+    /* The last closed steps' contributors, a ring of GA_JOB_STEP_RECORDS (core_push.c). */
+    struct ga_step_record {
+        uint64_t step;
+        uint32_t *ranks, nranks;
+    } *records;
+    uint32_t records_next, records_count;
     ga_store_config store_cfg;
     ga_store *store;
     uint64_t store_bytes; /* ga_store_bytes after the last task */
@@ -140,6 +160,7 @@ typedef struct ga_job {
     uint64_t received_fp32[GA_CODEC_COUNT];   /* the same pushes as fp32 bytes */
     uint64_t step_start_ns;                   /* uv_hrtime of the open step's first commit */
     ga_histogram step_seconds;                /* first commit to publication, sync steps */
+    ga_histogram staleness_hist;              /* each applied push: its step - the version it pulled */
 } ga_job;
 
 /* The job settings a config gives: checks world_size in [1, GA_JOB_MAX_WORLD], the enums,
@@ -149,6 +170,7 @@ typedef struct ga_job_settings {
     uint32_t world;
     bool async;
     uint32_t deadline_ms, quorum;
+    uint32_t min_world, staleness;
     ga_store_config store;
 } ga_job_settings;
 ga_status ga_job_settings_from(const Gradagg__V1__JobConfig *cfg, const ga_core_options *opt, ga_job_settings *out,

@@ -187,6 +187,9 @@ const size_t ga_metrics_step_nbounds = sizeof ga_metrics_step_bounds / sizeof ga
 const double ga_metrics_io_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                        0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 const size_t ga_metrics_io_nbounds = sizeof ga_metrics_io_bounds / sizeof ga_metrics_io_bounds[0];
+const double ga_metrics_staleness_bounds[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+const size_t ga_metrics_staleness_nbounds =
+    sizeof ga_metrics_staleness_bounds / sizeof ga_metrics_staleness_bounds[0];
 
 void ga_histogram_init(ga_histogram *h, const double *bounds, size_t nbounds)
 {

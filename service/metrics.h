@@ -61,6 +61,9 @@ extern const size_t ga_metrics_step_nbounds;
 /* Disk writes: 100 us .. 10 s. */
 extern const double ga_metrics_io_bounds[];
 extern const size_t ga_metrics_io_nbounds;
+/* Staleness of applied pushes, in versions (0 to GA_JOB_MAX_STALENESS). */
+extern const double ga_metrics_staleness_bounds[];
+extern const size_t ga_metrics_staleness_nbounds;
 
 void ga_histogram_init(ga_histogram *h, const double *bounds, size_t nbounds);
 void ga_histogram_observe(ga_histogram *h, double v);

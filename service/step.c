@@ -68,6 +68,7 @@ uint32_t ga_step_exclude_missing(ga_step *s)
 
 ga_push *ga_step_next(ga_step *s, uint32_t *rank)
 {
+    if (s->committed < s->hold_below) return NULL;
     while (s->next < s->world) {
         uint32_t r = s->next;
         if (s->slot[r] == GA_SLOT_OPEN) return NULL;

@@ -32,6 +32,9 @@ typedef struct ga_step {
     uint32_t lr_rank;
     bool lr_mixed;
     bool deadline_fired;
+    /* Nothing is handed out while fewer ranks committed (an elastic job's minimum): until then a
+     * rank that joins may still take part, whatever its rank. Kept across steps. */
+    uint32_t hold_below;
 } ga_step;
 
 /* GA_E_NOMEM or GA_OK; opens step 0. */
@@ -52,7 +55,7 @@ bool ga_step_reinclude(ga_step *s, uint32_t rank);
 /* Closing: every rank still open is excluded. Returns how many were. */
 uint32_t ga_step_exclude_missing(ga_step *s);
 /* The next bundle to accumulate in rank order, handed out (returns owned, *rank set), or NULL
- * while the next rank is still open (or all are done). */
+ * while the next rank is still open, fewer than hold_below committed, or all are done. */
 ga_push *ga_step_next(ga_step *s, uint32_t *rank);
 /* Every rank committed or excluded. */
 bool ga_step_complete(const ga_step *s);
