@@ -73,6 +73,8 @@ static const abi_row rows[] = {
     FIELD(ga_client_options, pull_auto_bits),
     FIELD(ga_client_options, retry_budget_ms),
     FIELD(ga_client_options, resume),
+    FIELD(ga_client_options, min_world_size),
+    FIELD(ga_client_options, staleness),
 
     SIZE(ga_dgc_options),
     FIELD(ga_dgc_options, enabled),

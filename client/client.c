@@ -252,8 +252,15 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
     if (!o->server || !o->server[0]) BAD(GA_E_INVAL, "options: server address is empty");
     if (!o->job || !o->job[0]) BAD(GA_E_INVAL, "options: job name is empty");
     if (o->world_size == 0) BAD(GA_E_CONFIG, "options: world_size must be at least 1");
-    if (o->rank >= o->world_size)
+    if (o->min_world_size > o->world_size)
+        BAD(GA_E_CONFIG, "options: min_world_size %u exceeds world_size %u (the most ranks)", o->min_world_size,
+            o->world_size);
+    if (o->rank == GA_RANK_ANY && o->min_world_size == 0)
+        BAD(GA_E_CONFIG, "options: rank GA_RANK_ANY needs an elastic job (min_world_size > 0)");
+    if (o->rank >= o->world_size && o->rank != GA_RANK_ANY)
         BAD(GA_E_CONFIG, "options: rank %u outside [0, world_size %u)", o->rank, o->world_size);
+    if (o->mode == GA_MODE_ASYNC && (o->min_world_size > 0 || o->staleness > 0))
+        BAD(GA_E_CONFIG, "options: min_world_size and staleness need a sync job");
     if (o->mode != GA_MODE_SYNC && o->mode != GA_MODE_ASYNC) BAD(GA_E_CONFIG, "options: unknown mode %d", (int)o->mode);
     /* Async versions count each shard's own commits: they could not stay in step. */
     if (o->mode == GA_MODE_ASYNC && strchr(o->server, ','))
@@ -353,9 +360,12 @@ static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     cfg.straggler = &strag;
     cfg.pull_codec = &pull;
     cfg.pull_auto_bits = o->pull_auto_bits;
+    cfg.min_world_size = o->min_world_size;
+    cfg.staleness = o->staleness;
     Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
     req.job = sh->job;
-    req.rank = o->rank;
+    req.rank = o->rank == GA_RANK_ANY ? 0 : o->rank;
+    req.any_rank = o->rank == GA_RANK_ANY;
     req.incarnation = c->incarnation;
     req.config = &cfg;
     req.resume = o->resume;
@@ -381,6 +391,7 @@ static ga_status join_task(ga_client *c, ga_shard *sh)
     }
     if (st != GA_OK)
         return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", sh->job, c->opt.rank, sh->addr);
+    if (c->opt.rank == GA_RANK_ANY) c->opt.rank = resp->rank; /* the first shard's pick: the others get it */
     sh->version = resp->version;
     sh->step = resp->open_step;
     sh->heartbeat_ms = resp->heartbeat_ms;
@@ -500,8 +511,15 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->opt.tls_ca_file = c->opt.tls_cert_file = c->opt.tls_key_file = c->opt.tls_target_name = NULL;
     c->opt.auth_token = NULL; /* borrowed by create only; the channels hold their own copy */
     if (st != GA_OK || (st = ga_shards_start(c)) != GA_OK) goto fail;
-    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
+    /* A rank the server picks: the first shard picks it, the others are joined with it. */
+    bool pick = c->opt.rank == GA_RANK_ANY;
+    for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = !pick || i == 0;
     ga_shards_run(c, join_task);
+    if (pick && ga_shards_error(c) == GA_OK) {
+        for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = i > 0;
+        ga_shards_run(c, join_task);
+        for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
+    }
     if ((st = ga_shards_error(c)) != GA_OK) {
         /* The shards that did join should not hold the rank. */
         for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].st == GA_OK;
@@ -817,7 +835,13 @@ ga_status ga_client_init(ga_client *c)
     ga_shards_run(c, c->opt.rank == 0 ? ga_shard_send_init : ga_shard_await_init);
     if ((st = ga_shards_error(c)) != GA_OK) return st;
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].exact = false;
-    if ((st = ga_client_pull(c, 0)) != GA_OK) return st;
+    /* The version each shard's first push starts from: its open step at the Join (one past the
+     * published version for a rank an elastic job's open step could no longer take). */
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        c->shards[i].active = c->shards[i].used;
+        c->shards[i].want = c->opt.mode == GA_MODE_SYNC ? c->shards[i].step : 0;
+    }
+    if ((st = ga_client_pull_shards(c)) != GA_OK) return st;
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].step = c->shards[i].version;
     c->inited = true;
     return clear_error(c);
@@ -848,6 +872,8 @@ void ga_client_set_epoch(ga_client *c, uint32_t epoch)
 }
 
 uint64_t ga_client_version(const ga_client *c) { return c ? c->version : 0; }
+
+uint32_t ga_client_rank(const ga_client *c) { return c ? c->opt.rank : 0; }
 
 const char *ga_client_error(const ga_client *c)
 {

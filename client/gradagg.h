@@ -54,8 +54,9 @@ typedef struct ga_client_options {
     const char *server;        /* "host:port", or the shards' "h1:p1,h2:p2,..." (borrowed, copied at
                                   create; see shard_split_elements) */
     const char *job;           /* job name (copied) */
-    uint32_t rank;             /* in [0, world_size) */
-    uint32_t world_size;
+    uint32_t rank;             /* in [0, world_size); GA_RANK_ANY (elastic jobs): the server picks one
+                                  (ga_client_rank says which) */
+    uint32_t world_size;       /* the job's ranks; of an elastic job (min_world_size > 0), the most */
     uint64_t incarnation;      /* 0: generated from the clock and the pid */
     ga_job_mode mode;
     bool mean;                 /* server divides the sum by the ranks that contributed */
@@ -116,7 +117,19 @@ typedef struct ga_client_options {
      * from scratch (docs/protocol.md, "A job's life"). A job that has not finished (a rank failed
      * or is restarting) is always joined as it is. GA_CLIENT_OPTIONS_INIT: false. */
     bool resume;
+    /* Elastic membership (docs/protocol.md, "Elastic jobs"): > 0 lets ranks join and leave the
+     * running job at will (world_size is then the most ranks), and a step closes only with at
+     * least this many contributors; 0 = a fixed membership of world_size ranks. Every rank must
+     * pass the same value. GA_CLIENT_OPTIONS_INIT: 0. */
+    uint32_t min_world_size;
+    /* Bounded staleness (sync jobs; docs/protocol.md, "Bounded staleness"): a rank may push up
+     * to this many steps past the open one, each step then computed from a version at most this
+     * many steps old; 0 = sync. Every rank must pass the same value. GA_CLIENT_OPTIONS_INIT: 0. */
+    uint32_t staleness;
 } ga_client_options;
+
+/* ga_client_options.rank of a worker that lets an elastic job's server pick its rank. */
+#define GA_RANK_ANY UINT32_MAX
 
 /* max_retries without a count: retry_budget_ms bounds the retries. */
 #define GA_RETRIES_UNBOUNDED UINT32_MAX
@@ -130,7 +143,7 @@ typedef struct ga_client_options {
      GA_SERVER_OPTIM_NONE, {0.01f, 0.0f, 0.0f, false}, {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, false}, \
      0, 0, GA_CODEC_NONE, {0.0f, 0.0f, 0.0f, 0, 0, 0, 0, 0.0f}, 1u << 20, 30000, 300000,              \
      GA_RETRIES_UNBOUNDED, 50, 2000, 0, NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f,         \
-     GA_RETRY_BUDGET_MS, false}
+     GA_RETRY_BUDGET_MS, false, 0, 0}
 
 /* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on
@@ -328,6 +341,8 @@ size_t ga_client_abi_layout(const char *type, const char *field);
 
 /* Parameter version held in the buffers. */
 uint64_t ga_client_version(const ga_client *c);
+/* The rank this client joined as: options.rank, or the one the server picked for GA_RANK_ANY. */
+uint32_t ga_client_rank(const ga_client *c);
 /* The message of the last error ("" when none). Valid until the next call on c. */
 const char *ga_client_error(const ga_client *c);
 void ga_client_get_stats(const ga_client *c, ga_client_stats *out);

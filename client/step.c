@@ -15,6 +15,23 @@ static bool push_maybe_counted(ga_status st)
     return st == GA_E_UNAVAILABLE || st == GA_E_DEADLINE || st == GA_E_CANCELLED || st == GA_E_TRANSPORT;
 }
 
+/* The step a sync shard pushes next, once it pulled after pushing sh->step: the open step it
+ * pulled (version), or with bounded staleness its own next step, which may run ahead of it. */
+static uint64_t next_step(const ga_client *c, const ga_shard *sh)
+{
+    if (c->opt.staleness == 0 || sh->step + 1 < sh->version) return sh->version;
+    return sh->step + 1;
+}
+
+/* Bounded staleness: the least version sh must hold before it pushes its next step (that step
+ * minus the staleness), and a newer one if the push's answer named one. 0: no pull is needed. */
+static uint64_t stale_want(const ga_client *c, const ga_shard *sh)
+{
+    uint64_t next = sh->step + 1, want = next > c->opt.staleness ? next - c->opt.staleness : 0;
+    if (sh->ack > sh->version && sh->version + 1 > want) want = sh->version + 1;
+    return want > sh->version ? want : 0;
+}
+
 /* The shards whose last pull failed fetch the parameters their acknowledged push made, before
  * new gradients go anywhere. */
 static ga_status catch_up(ga_client *c)
@@ -32,7 +49,7 @@ static ga_status catch_up(ga_client *c)
         ga_shard *sh = &c->shards[i];
         if (!sh->active || sh->st != GA_OK) continue;
         sh->pull_pending = false;
-        if (c->opt.mode == GA_MODE_SYNC) sh->step = sh->version;
+        if (c->opt.mode == GA_MODE_SYNC) sh->step = next_step(c, sh);
     }
     return st;
 }
@@ -67,6 +84,13 @@ static ga_status push_then_pull(ga_client *c, ga_shard *sh)
         /* The server had this step already, from an earlier call whose answer was lost: these
          * gradients were not counted, so they travel with the next step, as a straggler's do. */
         sh->late = sh->stale_ack;
+        if (c->opt.mode == GA_MODE_SYNC && c->opt.staleness > 0 && !sh->late) {
+            sh->want = stale_want(c, sh);
+            if (sh->want == 0) { /* it holds a version recent enough, and no newer one exists */
+                sh->pushed = true;
+                return GA_OK;
+            }
+        }
     } else {
         return st;
     }
@@ -145,7 +169,7 @@ ga_status ga_client_step_run(ga_client *c, const float *const *grads)
             sh->pull_pending = true;
             sh->pull_min = sh->want;
         } else if (c->opt.mode == GA_MODE_SYNC) {
-            sh->step = sh->version;
+            sh->step = next_step(c, sh);
         }
     }
     /* Encoding until the first push could start; the lanes encoded later overlap pushes. */

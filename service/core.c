@@ -430,9 +430,10 @@ static ga_status take_rank(ga_core *c, ga_job *job, uint32_t rank, uint64_t inca
             return GA_E_RANK_HELD;
         }
     }
-    if (m->incarnation != 0 && (m->left || m->incarnation != incarnation)) {
+    if ((m->incarnation != 0 || job->min_world > 0) && (m->left || m->incarnation != incarnation)) {
         /* Back after a Leave, or a new worker for the rank: steps count it again, and a
-         * restarted server must know it (it would hold the rank for the old incarnation). */
+         * restarted server must know it (it would hold the rank for the old incarnation). An
+         * elastic job's first Join of a rank too: which step took it in depends on when. */
         ga_journal_member change = {rank, 0, incarnation};
         GA_CHECK(ga_persist_member(job, &change, why));
     }

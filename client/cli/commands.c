@@ -144,14 +144,22 @@ int cli_jobs(const cli *c)
 
 /* ---- status ---- */
 
-typedef enum member_state { MEMBER_COMMITTED, MEMBER_LAGGING, MEMBER_IDLE, MEMBER_LEFT, MEMBER_MISSING } member_state;
-static const char *const member_state_names[] = {"committed", "lagging", "idle", "left", "missing"};
+typedef enum member_state {
+    MEMBER_COMMITTED,
+    MEMBER_LAGGING,
+    MEMBER_IDLE,
+    MEMBER_LEFT,
+    MEMBER_MISSING,
+    MEMBER_FREE
+} member_state;
+static const char *const member_state_names[] = {"committed", "lagging", "idle", "left", "missing", "free"};
 
 /* A member of a sync job: committed to the open step, lagging (others committed to it, this
- * rank has not), idle (no rank has), left, or missing (never joined). Async: idle when joined. */
+ * rank has not), idle (no rank has), left, missing (never joined), or free (an elastic job's
+ * rank nobody took: not waited for). Async: idle when joined. */
 static member_state member_state_of(const Gradagg__V1__StatusResponse *r, const Gradagg__V1__MemberStatus *m)
 {
-    if (m->incarnation == 0) return MEMBER_MISSING;
+    if (m->incarnation == 0) return r->config && r->config->min_world_size ? MEMBER_FREE : MEMBER_MISSING;
     if (!m->joined) return MEMBER_LEFT;
     bool async = r->config && r->config->mode == GRADAGG__V1__MODE__MODE_ASYNC;
     if (async) return MEMBER_IDLE;
@@ -180,6 +188,19 @@ static void status_json(json *j, const Gradagg__V1__StatusResponse *r)
     json_uint(j, "steps", r->steps);
     json_bool(j, "finished", r->finished);
     json_string(j, "failure", r->failure);
+    json_uint(j, "min_world_size", r->config ? r->config->min_world_size : 0);
+    json_uint(j, "staleness", r->config ? r->config->staleness : 0);
+    json_string(j, "waiting", r->waiting);
+    json_begin_array(j, "recent_steps");
+    for (size_t i = 0; i < r->n_recent_steps; i++) {
+        json_begin_object(j, NULL);
+        json_uint(j, "step", r->recent_steps[i]->step);
+        json_begin_array(j, "ranks");
+        for (size_t k = 0; k < r->recent_steps[i]->n_ranks; k++) json_uint(j, NULL, r->recent_steps[i]->ranks[k]);
+        json_end_array(j);
+        json_end_object(j);
+    }
+    json_end_array(j);
     json_begin_array(j, "members");
     for (size_t i = 0; i < r->n_members; i++) {
         const Gradagg__V1__MemberStatus *m = r->members[i];
@@ -237,6 +258,10 @@ static void status_table(const cli_shard *s, const Gradagg__V1__StatusResponse *
     if (!async) printf(", committed %" PRIu32 "/%" PRIu32, r->committed, world);
     printf(", steps %" PRIu64 "%s\n", r->steps, r->finished ? ", finished" : "");
     if (r->failure && r->failure[0]) printf("failed: %s\n", r->failure);
+    if (r->config && r->config->min_world_size)
+        printf("elastic: %" PRIu32 " to %" PRIu32 " ranks\n", r->config->min_world_size, world);
+    if (r->config && r->config->staleness) printf("staleness: %" PRIu32 " steps\n", r->config->staleness);
+    if (r->waiting && r->waiting[0]) printf("%s\n", r->waiting);
     char lagging[256], missing[256];
     ranks_in_state(r, MEMBER_LAGGING, lagging, sizeof lagging);
     ranks_in_state(r, MEMBER_MISSING, missing, sizeof missing);

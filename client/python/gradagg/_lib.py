@@ -96,6 +96,7 @@ ga_client_state_size = _fn("ga_client_state_size", c_size_t, [c_void_p])
 ga_client_state_save = _fn("ga_client_state_save", c_int, [c_void_p, c_void_p, c_size_t, P(c_size_t)])
 ga_client_state_load = _fn("ga_client_state_load", c_int, [c_void_p, c_char_p, c_size_t])
 ga_client_version = _fn("ga_client_version", ctypes.c_uint64, [c_void_p])
+ga_client_rank = _fn("ga_client_rank", ctypes.c_uint32, [c_void_p])
 ga_client_error = _fn("ga_client_error", c_char_p, [c_void_p])
 ga_client_get_stats = _fn("ga_client_get_stats", None, [c_void_p, P(S.ClientStats)])
 ga_client_tensor_threshold = _fn("ga_client_tensor_threshold", c_int,

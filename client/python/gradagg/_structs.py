@@ -43,7 +43,8 @@ class ClientOptions(ctypes.Structure):
                 ("threads", c_int), ("tls_ca_file", c_char_p), ("tls_cert_file", c_char_p),
                 ("tls_key_file", c_char_p), ("tls_target_name", c_char_p), ("auth_token", c_char_p),
                 ("shard_split_elements", c_uint64), ("lanes", c_uint32), ("pull_auto_bits", c_float),
-                ("retry_budget_ms", c_uint32), ("resume", c_bool)]
+                ("retry_budget_ms", c_uint32), ("resume", c_bool), ("min_world_size", c_uint32),
+                ("staleness", c_uint32)]
 
 
 class DgcOptions(ctypes.Structure):

@@ -29,6 +29,7 @@ ArrayLike = Any  # numpy.ndarray | torch.Tensor (torch is optional)
 Threshold = Union[float, str, None]
 
 _RETRIES_UNBOUNDED = 0xFFFFFFFF  # GA_RETRIES_UNBOUNDED: retry_budget_ms alone bounds the retries
+_RANK_ANY = 0xFFFFFFFF  # GA_RANK_ANY: an elastic job's server picks the rank
 _MODES = {"sync": 0, "async": 1}
 _AUTO_LEVELS = ("mean", "threshold")  # ga_auto_level, in enum order
 _OPTIM_NONE, _OPTIM_SGD, _OPTIM_ADAM, _OPTIM_REDUCE = 0, 1, 2, 3
@@ -165,7 +166,7 @@ def _install_excepthook() -> None:
     sys.excepthook = hook
 
 
-def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size: int, *,
+def _options(server: Union[str, Sequence[str]], job: str, rank: Union[int, str], world_size: int, *,
              mean: bool = True, optimizer: Union[SGD, Adam, str, None] = None, mode: str = "sync",
              deadline_ms: int = 0, quorum: int = 0,
              pull_codec: str = "none", pull_threshold: Threshold = None, pull_auto_bits: float = 1.5,
@@ -175,7 +176,8 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size:
              tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
              tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
              auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
-             lanes: int = 1, resume: bool = False) -> S.ClientOptions:
+             lanes: int = 1, resume: bool = False, min_world_size: int = 0,
+             staleness: int = 0) -> S.ClientOptions:
     """The C options of a Client (see Client for each)."""
     if mode not in _MODES:
         raise ValueError(f"mode: {mode!r}, expected 'sync' or 'async'")
@@ -186,7 +188,7 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size:
         server = ",".join(str(a) for a in server)
     o.server = server.encode()
     o.job = str(job).encode()
-    o.rank = _uint("rank", rank)
+    o.rank = _RANK_ANY if rank == "any" else _uint("rank", rank)
     o.world_size = _uint("world_size", world_size)
     o.incarnation = _uint("incarnation", incarnation, _U64)
     o.mode = _MODES[mode]
@@ -233,6 +235,8 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: int, world_size:
     o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
     o.lanes = _uint("lanes", lanes)
     o.resume = bool(resume)
+    o.min_world_size = _uint("min_world_size", min_world_size)
+    o.staleness = _uint("staleness", staleness)
     return o
 
 
@@ -255,6 +259,12 @@ class Client:
     docs/auto-threshold.md). See gradagg.h for the other options.
     resume: a job of this name that finished (every rank left as finished) goes on from where it
     ended; without it such a job is replaced by a fresh one, so a rerun trains from scratch.
+    min_world_size > 0 makes the job elastic (docs/protocol.md, "Elastic jobs"): world_size is
+    then the most ranks, ranks join and leave the running job at will, and a step closes only
+    with at least min_world_size contributors; rank="any" lets the server pick a free rank
+    (Client.rank says which). staleness > 0 (sync jobs): a rank may push up to that many steps
+    past the open one, from parameters up to that many versions old (docs/protocol.md, "Bounded
+    staleness").
     A call that fails because the server is unreachable, draining or stopping is retried with
     backoff for retry_budget_ms (10 minutes: a server's pod restarted or rescheduled; also bounded
     by max_retries when given), so a restart of the server costs the workers only the wait.
@@ -273,20 +283,22 @@ class Client:
     chunk_bytes=1 << 20, call_timeout_ms=30000, step_timeout_ms=300000, max_retries=None,
     backoff_ms=50, backoff_max_ms=2000, retry_budget_ms=600000, threads=0, incarnation=0,
     tls_ca_file, tls_cert_file, tls_key_file, tls_target_name, auth_token (None),
-    shard_split_elements=1 << 20, lanes=1, resume=False (the signature of _options).
+    shard_split_elements=1 << 20, lanes=1, resume=False, min_world_size=0, staleness=0 (the
+    signature of _options).
     """
 
     _handle: Optional[ctypes.c_void_p] = None
 
     def __init__(self, server: Union[str, Sequence[str], None] = None, job: Optional[str] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, **options: Any) -> None:
+                 rank: Union[int, str, None] = None, world_size: Optional[int] = None, **options: Any) -> None:
         self._lock = threading.Lock()
         self._tensors: List[TensorInfo] = []
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
         self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
-        launch = from_environment(server, job, rank, world_size)
-        o = _options(launch.server, launch.job, launch.rank, launch.world_size, **options)
+        pick = rank == "any"
+        launch = from_environment(server, job, 0 if pick else rank, world_size)  # type: ignore[arg-type]
+        o = _options(launch.server, launch.job, "any" if pick else launch.rank, launch.world_size, **options)
         self.server, self.job, self.rank, self.world_size = launch.server, launch.job, launch.rank, launch.world_size
 
         handle = ctypes.c_void_p()
@@ -295,6 +307,7 @@ class Client:
         if st != 0:
             raise error_for(st, msg.value.decode(errors="replace"))
         self._handle = handle
+        self.rank = int(_lib.ga_client_rank(handle))  # the server's pick for rank="any"
         _open_clients.add(self)
         _install_excepthook()
 

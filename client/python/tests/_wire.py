@@ -35,9 +35,10 @@ def field_float(num: int, v: float) -> bytes:
     return varint(num << 3 | 5) + struct.pack("<f", v) if v else b""
 
 
-def join_request(job: str, rank: int, incarnation: int, world: int, lr: float = 0.1) -> bytes:
+def join_request(job: str, rank: int, incarnation: int, world: int, lr: float = 0.1, extra_config: bytes = b"") -> bytes:
+    """extra_config: more JobConfig fields, appended."""
     optimizer = field_varint(1, 1) + field_float(2, lr)  # SGD
-    config = field_varint(1, world) + field_bytes(4, optimizer)
+    config = field_varint(1, world) + field_bytes(4, optimizer) + extra_config
     return field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) + field_bytes(4, config)
 
 
