@@ -221,10 +221,13 @@ typedef struct ga_client_stats {
  * TORCHELASTIC_RUN_ID (not "none"); rank GRADAGG_RANK, else RANK (torchrun), else
  * JOB_COMPLETION_INDEX (a Kubernetes indexed Job); world_size GRADAGG_WORLD_SIZE, else WORLD_SIZE;
  * auth_token GRADAGG_AUTH_TOKEN; tls_ca_file, tls_cert_file, tls_key_file, tls_target_name
- * GRADAGG_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _TARGET_NAME. Call it after GA_CLIENT_OPTIONS_INIT
+ * GRADAGG_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _TARGET_NAME; min_world_size GRADAGG_MIN_WORLD_SIZE
+ * (an elastic job); resume true when TORCHELASTIC_RESTART_COUNT > 0 (torchrun restarted the
+ * workers, after a failure or a change of membership: they go on with their job, also when every
+ * rank had left it). Call it after GA_CLIENT_OPTIONS_INIT
  * and before the options set in code, which then win. Strings point into the environment
- * (borrowed; ga_client_create copies them). GA_E_INVAL (msg names the variable) when a rank or
- * world size is not a decimal integer in range; *opt is then unchanged. */
+ * (borrowed; ga_client_create copies them). GA_E_INVAL (msg names the variable) when a rank,
+ * world size, minimum or restart count is not a decimal integer in range; *opt is then unchanged. */
 ga_status ga_client_options_from_env(ga_client_options *opt, char *msg, size_t msg_cap);
 
 /* Connects and joins. Returns owned (ga_client_destroy). Errors: GA_E_INVAL / GA_E_CONFIG for

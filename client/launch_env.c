@@ -41,20 +41,30 @@ ga_status ga_client_options_from_env(ga_client_options *opt, char *msg, size_t m
     static const char *const job[] = {"GRADAGG_JOB", "TORCHELASTIC_RUN_ID"};
     static const char *const rank[] = {"GRADAGG_RANK", "RANK", "JOB_COMPLETION_INDEX"};
     static const char *const world[] = {"GRADAGG_WORLD_SIZE", "WORLD_SIZE"};
+    static const char *const min_world[] = {"GRADAGG_MIN_WORLD_SIZE"};
+    static const char *const restarts[] = {"TORCHELASTIC_RESTART_COUNT"};
     static const char *const token[] = {"GRADAGG_AUTH_TOKEN"};
     static const char *const ca[] = {"GRADAGG_TLS_CA_FILE"}, *const cert[] = {"GRADAGG_TLS_CERT_FILE"},
                              *const key[] = {"GRADAGG_TLS_KEY_FILE"}, *const target[] = {"GRADAGG_TLS_TARGET_NAME"};
 #define N(a) (sizeof(a) / sizeof((a)[0]))
     const char *which = NULL, *v;
-    uint32_t r = opt->rank, w = opt->world_size;
+    uint32_t r = opt->rank, w = opt->world_size, m = opt->min_world_size, restarted = 0;
     ga_status st;
     if ((v = first_set(rank, N(rank), NULL, &which)) && (st = parse_u32(which, v, 0, msg, msg_cap, &r)) != GA_OK)
         return st;
     if ((v = first_set(world, N(world), NULL, &which)) && (st = parse_u32(which, v, 1, msg, msg_cap, &w)) != GA_OK)
         return st;
+    if ((v = first_set(min_world, N(min_world), NULL, &which)) &&
+        (st = parse_u32(which, v, 1, msg, msg_cap, &m)) != GA_OK)
+        return st;
+    if ((v = first_set(restarts, N(restarts), NULL, &which)) &&
+        (st = parse_u32(which, v, 0, msg, msg_cap, &restarted)) != GA_OK)
+        return st;
     /* Nothing is written until every variable parsed. torchrun without --rdzv-id runs "none". */
     opt->rank = r;
     opt->world_size = w;
+    opt->min_world_size = m;
+    if (restarted > 0) opt->resume = true;
     if ((v = first_set(server, N(server), NULL, &which))) opt->server = v;
     if ((v = first_set(job, N(job), "none", &which))) opt->job = v;
     if ((v = first_set(token, N(token), NULL, &which))) opt->auth_token = v;

@@ -380,7 +380,9 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
         job->members[change->rank].left = true;
         job->members[change->rank].failed_left = true;
         if (job->min_world > 0) ga_core_member_gone(job, change->rank);
+        job->last_leave_clean = false;
     } else if (change->left) {
+        job->last_leave_clean = true;
         job->members[change->rank].incarnation = change->incarnation;
         ga_core_member_gone(job, change->rank);
     } else {
@@ -566,6 +568,7 @@ void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req)
     ga_journal_member change = {req->rank, waited || (failing && job->min_world > 0) ? 2 : 1, req->incarnation};
     GA_CHECK_GOTO(ga_persist_member(job, &change, why), st, done);
     ga_core_touch(c, job, req->rank);
+    job->last_leave_clean = !failing && !saw_failure;
     if (failing || saw_failure) {
         job->members[req->rank].left = true;
         job->members[req->rank].failed_left = true;

@@ -84,7 +84,7 @@ ga_status ga_core_lease_start(ga_core *c);
 void ga_core_lease_stop(ga_core *c);
 
 /* A job's life (core_life.c). After a member change: the job finished when every rank joined
- * and left as finished (job->finished_ms). */
+ * and left as finished (job->finished_ms); an elastic job, when every rank that joined did. */
 void ga_core_job_check_finished(ga_job *job);
 /* Removes a job now: its store, journal, checkpoints (its directory, or moved aside when keep)
  * and metric series; `because` is logged. GA_E_UNAVAILABLE (retryable) while a task of it runs

@@ -18,10 +18,15 @@
 void ga_core_job_check_finished(ga_job *job)
 {
     if (job->finished_ms) return;
+    bool elastic = job->min_world > 0, any = false;
+    if (elastic && !job->last_leave_clean) return; /* its workers were stopped or lost: they come back */
     for (uint32_t r = 0; r < job->world; r++) {
         const ga_member *m = &job->members[r];
-        if (m->incarnation == 0 || !m->left || m->failed_left) return;
+        if (m->incarnation == 0 && elastic) continue; /* a rank nobody took */
+        if (m->incarnation == 0 || !m->left || (m->failed_left && !elastic)) return;
+        any = true;
     }
+    if (!any) return;
     uint64_t now = uv_now(job->core->loop);
     job->finished_ms = now ? now : 1;
     ga_log(GA_LOG_INFO, "job '%s' finished at version %" PRIu64 ": every rank left; removed in %u s", job->name,

@@ -331,6 +331,7 @@ static ga_status restore_begin(void *arg, ga_ckpt_meta *m, char *why, size_t cap
     if (!job->async) {
         ga_step_open(&job->step, m->version);
         if (job->min_world) ga_core_step_exclude_absent(job); /* elastic: as when a step opens live */
+        job->last_leave_clean = true; /* a checkpoint keeps no Leave: the journal's, replayed next, say more */
     }
     return GA_OK;
 }

@@ -82,6 +82,7 @@ static void elastic_lost(ga_job *job, uint32_t rank, const char *what)
     }
     m->lost = m->incarnation;
     m->failed_left = true;
+    job->last_leave_clean = false;
     ga_core_rank_failed(job, rank, true, what); /* logs and counts it */
     ga_core_member_gone(job, rank);
 }

@@ -85,6 +85,9 @@ typedef struct ga_job {
      * contributors. */
     uint32_t min_world;
     uint32_t staleness; /* pushes may name steps up to this many past the open one (SSP) */
+    /* Elastic: the last rank to leave left as finished (not failed, stopped or lost), which an
+     * elastic job with no member left needs to count as finished (core_life.c). */
+    bool last_leave_clean;
     /* Pushes for steps after the open one (staleness > 0), in arrival order: each is committed
      * to its step when the step opens (core_push.c). */
     ga_push *ahead;

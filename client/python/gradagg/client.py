@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import signal
 import sys
 import threading
 import weakref
@@ -166,6 +168,34 @@ def _install_excepthook() -> None:
     sys.excepthook = hook
 
 
+_sigterm_installed = False
+
+
+def _install_sigterm() -> None:
+    """Once, for elastic jobs, where the main thread has the default SIGTERM disposition: a
+    SIGTERM (torchrun stopping its workers to change the membership, a node drained or
+    preempted) makes every open elastic client leave its job before the process ends as it would
+    have, so the others' steps go on at once instead of waiting a lease for the lost rank."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the program's own handler decides
+    _sigterm_installed = True
+
+    def handler(signum: int, frame: Any) -> None:
+        for client in list(_open_clients):
+            if client._elastic:  # stopped, not finished: the job goes on, and is not over
+                try:
+                    client.close("stopped by SIGTERM")
+                except Exception:  # noqa: BLE001 - ending is what matters now
+                    pass
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _options(server: Union[str, Sequence[str]], job: str, rank: Union[int, str], world_size: int, *,
              mean: bool = True, optimizer: Union[SGD, Adam, str, None] = None, mode: str = "sync",
              deadline_ms: int = 0, quorum: int = 0,
@@ -176,7 +206,7 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: Union[int, str],
              tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
              tls_key_file: Optional[str] = None, tls_target_name: Optional[str] = None,
              auth_token: Optional[str] = None, shard_split_elements: int = 1 << 20,
-             lanes: int = 1, resume: bool = False, min_world_size: int = 0,
+             lanes: int = 1, resume: Optional[bool] = None, min_world_size: Optional[int] = None,
              staleness: int = 0) -> S.ClientOptions:
     """The C options of a Client (see Client for each)."""
     if mode not in _MODES:
@@ -234,8 +264,10 @@ def _options(server: Union[str, Sequence[str]], job: str, rank: Union[int, str],
             setattr(o, field, _opt_str(value))
     o.shard_split_elements = _uint("shard_split_elements", shard_split_elements, _U64)
     o.lanes = _uint("lanes", lanes)
-    o.resume = bool(resume)
-    o.min_world_size = _uint("min_world_size", min_world_size)
+    if resume is not None:  # else the environment's (TORCHELASTIC_RESTART_COUNT), or False
+        o.resume = bool(resume)
+    if min_world_size is not None:  # else GRADAGG_MIN_WORLD_SIZE, or 0
+        o.min_world_size = _uint("min_world_size", min_world_size)
     o.staleness = _uint("staleness", staleness)
     return o
 
@@ -283,11 +315,12 @@ class Client:
     chunk_bytes=1 << 20, call_timeout_ms=30000, step_timeout_ms=300000, max_retries=None,
     backoff_ms=50, backoff_max_ms=2000, retry_budget_ms=600000, threads=0, incarnation=0,
     tls_ca_file, tls_cert_file, tls_key_file, tls_target_name, auth_token (None),
-    shard_split_elements=1 << 20, lanes=1, resume=False, min_world_size=0, staleness=0 (the
-    signature of _options).
+    shard_split_elements=1 << 20, lanes=1, resume and min_world_size from the environment (False
+    and 0 without it; docs/launch.md), staleness=0 (the signature of _options).
     """
 
     _handle: Optional[ctypes.c_void_p] = None
+    _elastic = False  # min_world_size > 0: a SIGTERM makes it leave (_install_sigterm)
 
     def __init__(self, server: Union[str, Sequence[str], None] = None, job: Optional[str] = None,
                  rank: Union[int, str, None] = None, world_size: Optional[int] = None, **options: Any) -> None:
@@ -308,8 +341,11 @@ class Client:
             raise error_for(st, msg.value.decode(errors="replace"))
         self._handle = handle
         self.rank = int(_lib.ga_client_rank(handle))  # the server's pick for rank="any"
+        self._elastic = o.min_world_size > 0
         _open_clients.add(self)
         _install_excepthook()
+        if self._elastic:
+            _install_sigterm()
 
     # ---- life ----
 

@@ -154,14 +154,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable[Any], *, server: Optional[str] = None, job: Optional[str] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, lr: Optional[float] = None,
+                 rank: Union[int, str, None] = None, world_size: Optional[int] = None, lr: Optional[float] = None,
                  momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  codec: str = "none", threshold: Union[float, str, None] = None, auto_bits: float = 1.5,
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
                  overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
-        launch = from_environment(server, job, rank, world_size)
-        server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
+        pick = rank == "any"  # an elastic job's server picks it
+        launch = from_environment(server, job, 0 if pick else rank, world_size)  # type: ignore[arg-type]
+        server, job, world_size = launch.server, launch.job, launch.world_size
+        rank = "any" if pick else launch.rank
         named = _named(params)
         #: fp32 master values of the float16 / bfloat16 parameters, by parameter index: the
         #: library trains these, and each step rounds them into the model's parameters.
@@ -217,6 +219,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for k, bucket in enumerate(self.buckets):
                 client = Client(server, lane_job(job, k), rank, world_size, optimizer=server_opt,
                                 pull_codec=pull_codec, **client_kwargs)
+                rank = client.rank  # the rank an elastic job's server picked: every bucket's job the same
                 self.clients.append(client)
                 for i in bucket:
                     name, p = named[i]
@@ -242,6 +245,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._hooks: List[Tuple[Any, Any]] = []  # (AccumulateGrad node, its hook's handle)
         if overlap:
             self._hook_accumulators([p for _, p in named])
+
+    @property
+    def rank(self) -> int:
+        """The rank this optimizer trains as (the server's pick for rank="any")."""
+        return self.clients[0].rank
+
+    @property
+    def version(self) -> int:
+        """The parameter version the model holds: the steps the job has applied. A worker that
+        joins a running (elastic) job starts from it: its data position and LR schedule."""
+        return min(c.version for c in self.clients)
 
     @property
     def client(self) -> Client:

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, List
@@ -68,6 +69,48 @@ def test_torchrun_trains_the_digits_example(server, tmp_path: Path) -> None:
     assert final.group(3) == "4"
     steps = sorted(re.findall(r"rank (\d) steps (\d+)", out))
     assert [s[0] for s in steps] == ["0", "1", "2", "3"] and len({s[1] for s in steps}) == 1, steps
+
+
+def test_torchrun_elastic_scales_up_during_training(server, tmp_path: Path) -> None:
+    """torchrun --nnodes 1:2 (c10d rendezvous on 127.0.0.1): one node of 2 processes trains the
+    elastic digits example; a second node joins mid-run, so torchrun stops the first node's
+    workers (gradagg leaves the job for them on SIGTERM) and starts all 4 with new ranks. They go
+    on with the same job from its version, the job's steps then have 4 contributors, and it
+    ends with the fixed-membership accuracy."""
+    torchrun = shutil.which("torchrun") or "/usr/bin/torchrun"
+    run_id, port = str(uuid.uuid4()), free_port()
+    cmd = [sys.executable, torchrun, "--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+           "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", run_id, "--rdzv_conf",
+           "join_timeout=120,last_call_timeout=1", "--monitor_interval", "1", "--max_restarts", "3", "-r", "1", "-t",
+           "1"]
+    script = [str(REPO / "examples" / "digits_elastic.py"), "--min-world", "2", "--max-world", "4", "--epochs", "3",
+              "--step-sleep", "0.25"]
+    env = worker_env(GRADAGG_SERVER=server.addr)
+    nodes = [subprocess.Popen([*cmd, "--log_dir", str(tmp_path / "logs-a"), *script], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    from test_cli import cli_json
+    end = time.monotonic() + 120
+    while True:  # the first node trains alone for a few steps
+        rc, doc = cli_json("--server", server.addr, "status", run_id)
+        if rc == 0 and doc["shards"][0]["version"] >= 5:
+            break
+        assert time.monotonic() < end and nodes[0].poll() is None, nodes[0].communicate()[0][-4000:]
+        time.sleep(0.2)
+    nodes.append(subprocess.Popen([*cmd, "--log_dir", str(tmp_path / "logs-b"), *script], env=env, cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [n.communicate(timeout=300)[0] for n in nodes]
+    out = "\n".join(outs)
+    assert all(n.returncode == 0 for n in nodes), out[-6000:]
+    final = re.search(r"final accuracy ([0-9.]+) job (\S+) steps (\d+)", out)
+    assert final and float(final.group(1)) > 0.9 and final.group(2) == run_id, out[-4000:]
+    ends = re.findall(r"rank (\d) world (\d) from version (\d+) to (\d+)", out)
+    # The last round: four ranks, started after the first node's steps, ended at the job's last step.
+    assert sorted(e[0] for e in ends if e[1] == "4") == ["0", "1", "2", "3"], ends
+    assert all(int(e[2]) >= 5 and e[3] == final.group(3) for e in ends if e[1] == "4"), ends
+    rc, doc = cli_json("--server", server.addr, "status", run_id)
+    steps = doc["shards"][0]["recent_steps"]
+    assert steps[0]["ranks"] == [0, 1] and steps[-1]["ranks"] == [0, 1, 2, 3], steps
+    assert doc["shards"][0]["finished"], doc
 
 
 PY_WORKER = """
