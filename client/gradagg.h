@@ -218,7 +218,7 @@ typedef struct ga_client_stats {
 
 /* Fills the options that a launcher's environment gives, for the variables that are set and not
  * empty (docs/launch.md has the table): server GRADAGG_SERVER; job GRADAGG_JOB, else torchrun's
- * TORCHELASTIC_RUN_ID (not "none"); rank GRADAGG_RANK, else RANK (torchrun), else
+ * TORCHELASTIC_RUN_ID (not "none"); rank GRADAGG_RANK ("any": GA_RANK_ANY), else RANK (torchrun), else
  * JOB_COMPLETION_INDEX (a Kubernetes indexed Job); world_size GRADAGG_WORLD_SIZE, else WORLD_SIZE;
  * auth_token GRADAGG_AUTH_TOKEN; tls_ca_file, tls_cert_file, tls_key_file, tls_target_name
  * GRADAGG_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _TARGET_NAME; min_world_size GRADAGG_MIN_WORLD_SIZE

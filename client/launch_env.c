@@ -50,7 +50,9 @@ ga_status ga_client_options_from_env(ga_client_options *opt, char *msg, size_t m
     const char *which = NULL, *v;
     uint32_t r = opt->rank, w = opt->world_size, m = opt->min_world_size, restarted = 0;
     ga_status st;
-    if ((v = first_set(rank, N(rank), NULL, &which)) && (st = parse_u32(which, v, 0, msg, msg_cap, &r)) != GA_OK)
+    if ((v = first_set(rank, N(rank), NULL, &which)) && strcmp(which, "GRADAGG_RANK") == 0 && strcmp(v, "any") == 0)
+        r = GA_RANK_ANY; /* an elastic job's server picks it */
+    else if (v && (st = parse_u32(which, v, 0, msg, msg_cap, &r)) != GA_OK)
         return st;
     if ((v = first_set(world, N(world), NULL, &which)) && (st = parse_u32(which, v, 1, msg, msg_cap, &w)) != GA_OK)
         return st;

@@ -15,7 +15,7 @@
 static const char *const all_vars[] = {
     "GRADAGG_SERVER", "GRADAGG_JOB", "TORCHELASTIC_RUN_ID", "GRADAGG_RANK", "RANK", "JOB_COMPLETION_INDEX",
     "GRADAGG_WORLD_SIZE", "WORLD_SIZE", "GRADAGG_AUTH_TOKEN", "GRADAGG_TLS_CA_FILE", "GRADAGG_TLS_CERT_FILE",
-    "GRADAGG_TLS_KEY_FILE", "GRADAGG_TLS_TARGET_NAME"};
+    "GRADAGG_TLS_KEY_FILE", "GRADAGG_TLS_TARGET_NAME", "GRADAGG_MIN_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"};
 
 static int clear_env(void **state)
 {
@@ -45,6 +45,8 @@ static void assert_untouched(const ga_client_options *o)
     assert_ptr_equal(o->tls_cert_file, d.tls_cert_file);
     assert_ptr_equal(o->tls_key_file, d.tls_key_file);
     assert_ptr_equal(o->tls_target_name, d.tls_target_name);
+    assert_int_equal(o->min_world_size, d.min_world_size);
+    assert_int_equal(o->resume, d.resume);
 }
 
 static void test_nothing_set_keeps_the_defaults(void **state)
@@ -121,12 +123,25 @@ static void test_credentials(void **state)
     assert_string_equal(o.tls_target_name, "gradagg.example");
 }
 
+static void test_elastic(void **state)
+{
+    (void)state;
+    setenv("GRADAGG_MIN_WORLD_SIZE", "2", 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", "0", 1); /* torchrun's first start: a rerun starts afresh */
+    ga_client_options o = from_env(GA_OK);
+    assert_int_equal(o.min_world_size, 2);
+    assert_false(o.resume);
+    setenv("TORCHELASTIC_RESTART_COUNT", "3", 1); /* restarted by torchrun: the job goes on */
+    assert_true(from_env(GA_OK).resume);
+}
+
 static void test_malformed_values_change_nothing(void **state)
 {
     (void)state;
     static const char *const bad[][2] = {{"RANK", "x"},         {"RANK", "-1"},       {"RANK", " 1"},
                                          {"RANK", "1.0"},       {"RANK", "4294967296"}, {"WORLD_SIZE", "0"},
-                                         {"GRADAGG_WORLD_SIZE", "4x"}, {"JOB_COMPLETION_INDEX", "+2"}};
+                                         {"GRADAGG_WORLD_SIZE", "4x"}, {"JOB_COMPLETION_INDEX", "+2"},
+                                         {"GRADAGG_MIN_WORLD_SIZE", "0"}, {"TORCHELASTIC_RESTART_COUNT", "x"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         clear_env(NULL);
         setenv("GRADAGG_SERVER", "changed:1", 1);
@@ -148,6 +163,7 @@ int main(void)
         cmocka_unit_test_setup(test_indexed_job, clear_env),
         cmocka_unit_test_setup(test_gradagg_variables_win, clear_env),
         cmocka_unit_test_setup(test_credentials, clear_env),
+        cmocka_unit_test_setup(test_elastic, clear_env),
         cmocka_unit_test_setup(test_malformed_values_change_nothing, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,8 +10,14 @@
  * `stats rank <r> bytes_pushed <b> bytes_pulled <b> steps <n> retries <n> late_pushes <n>`.
  *
  *   softmax_train --server 127.0.0.1:7070 --job demo --rank 0 --world 4 --codec 2bit \
- *                 --threshold 0.05 --steps 200 --lr 1 */
+ *                 --threshold 0.05 --steps 200 --lr 1
+ *
+ * An elastic job (--min-world m, or GRADAGG_MIN_WORLD_SIZE): --world is the most ranks, --rank any
+ * (GRADAGG_RANK=any) lets the server pick one, and --steps counts the job's steps, so a worker
+ * that joins late stops with the others. */
+#define _POSIX_C_SOURCE 200809L /* sigaction */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +36,20 @@ typedef struct args {
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: softmax_train [--server host:port] [--job name] [--rank r] [--world w]\n"
+            "usage: softmax_train [--server host:port] [--job name] [--rank r|any] [--world w] [--min-world m]\n"
             "         [--codec none|fp16|bf16|2bit|1bit|1bit_scaled|topk] [--threshold t] [--ratio r]\n"
             "         [--steps n] [--lr x] [--momentum m] [--batch b (0 = full)] [--every k]\n"
             "         [--samples n] [--features d] [--classes c] [--seed s]\n");
+}
+
+/* An elastic job's worker asked to stop (SIGTERM: Kubernetes lowered the Job's parallelism, or
+ * drains the node): it ends its step and leaves the job as stopped, which goes on without it. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigterm(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
 }
 
 /* The options from the environment first (GRADAGG_SERVER, RANK, JOB_COMPLETION_INDEX, ...:
@@ -61,7 +77,8 @@ static int parse_args(int argc, char **argv, args *a)
         if (strcmp(k, "--server") == 0) a->client.server = v;
         else if (strcmp(k, "--job") == 0) a->client.job = v;
         else if (strcmp(k, "--codec") == 0) a->codec = v;
-        else if (strcmp(k, "--rank") == 0) a->client.rank = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--rank") == 0) a->client.rank = strcmp(v, "any") == 0 ? GA_RANK_ANY : (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--min-world") == 0) a->client.min_world_size = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--world") == 0) a->client.world_size = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--steps") == 0) a->steps = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--every") == 0) a->every = (uint32_t)strtoul(v, NULL, 10);
@@ -81,9 +98,11 @@ static int parse_args(int argc, char **argv, args *a)
         }
     }
     uint32_t world = a->client.world_size;
-    if (world == 0 || a->client.rank >= world || a->samples < world || a->features == 0 || a->classes < 2 ||
-        a->every == 0) {
-        fprintf(stderr, "softmax_train: need rank < world, samples >= world, features > 0, classes >= 2\n");
+    bool any = a->client.rank == GA_RANK_ANY;
+    if (world == 0 || (a->client.rank >= world && !any) || (any && a->client.min_world_size == 0) ||
+        a->samples < world || a->features == 0 || a->classes < 2 || a->every == 0) {
+        fprintf(stderr, "softmax_train: need rank < world (or rank any with --min-world), samples >= world, "
+                        "features > 0, classes >= 2\n");
         return -1;
     }
     return 0;
@@ -242,8 +261,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uint32_t rank = a.client.rank, world = a.client.world_size;
-    size_t slo = (size_t)rank * ds.n / world, shi = (size_t)(rank + 1) * ds.n / world;
-    size_t batch = a.batch && a.batch < shi - slo ? a.batch : shi - slo;
+    bool elastic = a.client.min_world_size > 0;
 
     ga_client_options opt = a.client;
     opt.mean = true;
@@ -259,6 +277,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "softmax_train rank %u: %s\n", rank, msg);
         goto out;
     }
+    rank = ga_client_rank(cl); /* the server's pick for --rank any */
+    /* Each rank's slice of the data; an elastic job's absent ranks' slices wait for them. */
+    size_t slo = (size_t)rank * ds.n / world, shi = (size_t)(rank + 1) * ds.n / world;
+    size_t batch = a.batch && a.batch < shi - slo ? a.batch : shi - slo;
     ga_tensor_options topt = GA_TENSOR_OPTIONS_INIT;
     topt.codec = codec;
     topt.params = ga_codec_params_default(codec);
@@ -281,7 +303,14 @@ int main(int argc, char **argv)
     }
     uint64_t pushed = 0, pulled = 0;
     const float *grads[2] = {gw, gb};
-    for (uint32_t step = 0; step < a.steps; step++) {
+    /* --steps: this worker's steps; of an elastic job, the job's (a worker that joins late or
+     * comes back runs until the job's version reaches it). */
+    if (elastic) {
+        struct sigaction sa = {0};
+        sa.sa_handler = on_sigterm;
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    for (uint32_t step = 0; elastic ? ga_client_version(cl) < a.steps && !stop_requested : step < a.steps; step++) {
         size_t lo = slo + (size_t)step * batch % (shi - slo);
         gradient(&ds, w, b, slo, shi, lo, batch, z, gw, gb);
         if ((st = ga_client_step(cl, grads)) != GA_OK) {
@@ -298,6 +327,14 @@ int main(int argc, char **argv)
                    (unsigned long long)ga_client_version(cl), loss, acc);
             fflush(stdout);
         }
+    }
+    if (stop_requested) {
+        fprintf(stderr, "softmax_train rank %u: stopped by SIGTERM at version %llu\n", rank,
+                (unsigned long long)ga_client_version(cl));
+        ga_client_destroy_failed(cl, "stopped by SIGTERM");
+        cl = NULL;
+        rc = 128 + SIGTERM;
+        goto out;
     }
     ga_client_stats s;
     ga_client_get_stats(cl, &s);

@@ -200,10 +200,30 @@ function admittedErrors(all) {
 
 // Cross-rendering rule: an Indexed Job's workers find their place from the environment
 // (docs/launch.md): Kubernetes gives JOB_COMPLETION_INDEX; the manifest must give GRADAGG_SERVER,
-// GRADAGG_JOB and GRADAGG_WORLD_SIZE, and the world size must be the Job's completions.
+// GRADAGG_JOB and GRADAGG_WORLD_SIZE, and the world size must be the Job's completions. An
+// elastic Job (GRADAGG_MIN_WORLD_SIZE) is not Indexed, lets the server pick ranks
+// (GRADAGG_RANK=any), and its parallelism and minimum lie within GRADAGG_WORLD_SIZE (the most).
+function elasticErrors(d) {
+  const errs = [];
+  for (const c of d.spec.template.spec.containers) {
+    const env = Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
+    if (env.GRADAGG_MIN_WORLD_SIZE === undefined) continue;
+    const where = `Job ${d.metadata.name}/${c.name}`, most = Number(env.GRADAGG_WORLD_SIZE);
+    if (d.spec.completionMode === "Indexed") errs.push(`${where}: elastic, but Indexed (ranks come from the server)`);
+    if (env.GRADAGG_RANK !== "any") errs.push(`${where}: elastic without GRADAGG_RANK=any`);
+    if (!(most >= 1)) errs.push(`${where}: elastic without GRADAGG_WORLD_SIZE (the most ranks)`);
+    if (Number(d.spec.parallelism) > most)
+      errs.push(`${where}: parallelism ${d.spec.parallelism} above GRADAGG_WORLD_SIZE ${most}, the most ranks`);
+    const min = Number(env.GRADAGG_MIN_WORLD_SIZE);
+    if (!(min >= 1 && min <= most)) errs.push(`${where}: GRADAGG_MIN_WORLD_SIZE ${min} outside [1, ${most}]`);
+  }
+  return errs;
+}
+
 function launchErrors(all) {
   const errs = [];
   for (const d of all) {
+    if (d.kind === "Job") errs.push(...elasticErrors(d));
     if (d.kind !== "Job" || d.spec.completionMode !== "Indexed") continue;
     for (const c of d.spec.template.spec.containers) {
       const env = Object.fromEntries((c.env || []).map((e) => [e.name, e]));
@@ -302,11 +322,17 @@ fs.writeFileSync(tsOut, tsSource(entries));
     ["rules: root filesystem writable", (docs) => { stsOf(docs).spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem = false; }, (docs) => ruleErrors("x", docs).length > 0],
   ];
   const jobs = renderings.find((r) => r.docs.some((d) => d.kind === "Job"));
-  const jobOf = (docs) => docs.find((d) => d.kind === "Job");
+  const jobOf = (docs) => docs.find((d) => d.kind === "Job" && d.spec.completionMode === "Indexed");
   const envOf = (docs) => jobOf(docs).spec.template.spec.containers[0].env;
+  const elasticOf = (docs) => docs.find((d) => d.kind === "Job" &&
+    d.spec.template.spec.containers[0].env.some((e) => e.name === "GRADAGG_MIN_WORLD_SIZE"));
   const jobBreaks = [
     ["launch: world size is not completions", (docs) => { jobOf(docs).spec.completions = 3; }],
     ["launch: no GRADAGG_JOB", (docs) => { envOf(docs).splice(envOf(docs).findIndex((e) => e.name === "GRADAGG_JOB"), 1); }],
+    ["launch: elastic parallelism above the most ranks", (docs) => { elasticOf(docs).spec.parallelism = 9; }],
+    ["launch: elastic with a fixed rank", (docs) => {
+      elasticOf(docs).spec.template.spec.containers[0].env.find((e) => e.name === "GRADAGG_RANK").value = "0";
+    }],
   ];
   const monitoring = renderings.find((r) => r.docs.some((d) => d.kind === "ServiceMonitor"));
   const crdBreaks = [

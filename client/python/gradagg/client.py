@@ -329,9 +329,8 @@ class Client:
         self._keep: List[ArrayLike] = []  # the registered arrays: the C client writes into them
         self._inited = False
         self._in_flight: Optional[Tuple[Any, Any]] = None  # step_start's pointers and gradients
-        pick = rank == "any"
-        launch = from_environment(server, job, 0 if pick else rank, world_size)  # type: ignore[arg-type]
-        o = _options(launch.server, launch.job, "any" if pick else launch.rank, launch.world_size, **options)
+        launch = from_environment(server, job, rank, world_size)  # rank "any": the server picks it
+        o = _options(launch.server, launch.job, launch.rank, launch.world_size, **options)
         self.server, self.job, self.rank, self.world_size = launch.server, launch.job, launch.rank, launch.world_size
 
         handle = ctypes.c_void_p()

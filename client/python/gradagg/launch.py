@@ -32,7 +32,7 @@ class Launch:
     and local_rank (LOCAL_RANK, else 0): its index on its node, e.g. the CUDA device to use."""
     server: str
     job: str
-    rank: int
+    rank: Union[int, str]  # "any": an elastic job's server picks it (GRADAGG_RANK=any)
     world_size: int
     local_rank: int
 
@@ -46,7 +46,7 @@ def fill_options(o: S.ClientOptions) -> None:
 
 
 def from_environment(server: Union[str, Sequence[str], None] = None, job: Optional[str] = None,
-                     rank: Optional[int] = None, world_size: Optional[int] = None) -> Launch:
+                     rank: Union[int, str, None] = None, world_size: Optional[int] = None) -> Launch:
     """The Launch of this process: each argument that is None comes from the environment
     (docs/launch.md). ValueError names what neither the arguments nor the environment give;
     gradagg.errors.InvalError a variable that is set but malformed (RANK=abc)."""
@@ -63,6 +63,8 @@ def from_environment(server: Union[str, Sequence[str], None] = None, job: Option
         if not o.job:
             raise ValueError("job: not given, and neither GRADAGG_JOB nor TORCHELASTIC_RUN_ID (torchrun) is set")
         job = o.job.decode()
+    if rank is None and os.environ.get("GRADAGG_RANK") == "any":
+        rank = "any"
     if rank is None:
         if o.rank == _NO_RANK:
             raise ValueError("rank: not given, and none of GRADAGG_RANK, RANK (torchrun) and JOB_COMPLETION_INDEX "
@@ -75,4 +77,6 @@ def from_environment(server: Union[str, Sequence[str], None] = None, job: Option
     local = os.environ.get("LOCAL_RANK", "")
     if local and not local.isdigit():
         raise ValueError(f"environment: LOCAL_RANK={local!r} is not a non-negative integer")
+    if isinstance(rank, str) and rank != "any":
+        raise ValueError(f"rank: {rank!r}, expected an integer or 'any'")
     return Launch(str(server), str(job), rank, world_size, int(local) if local else 0)

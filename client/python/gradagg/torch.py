@@ -160,10 +160,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None, optimizer: Union[SGD, Adam, None] = None,
                  overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
-        pick = rank == "any"  # an elastic job's server picks it
-        launch = from_environment(server, job, 0 if pick else rank, world_size)  # type: ignore[arg-type]
-        server, job, world_size = launch.server, launch.job, launch.world_size
-        rank = "any" if pick else launch.rank
+        launch = from_environment(server, job, rank, world_size)  # rank "any": an elastic job's server picks it
+        server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
         named = _named(params)
         #: fp32 master values of the float16 / bfloat16 parameters, by parameter index: the
         #: library trains these, and each step rounds them into the model's parameters.

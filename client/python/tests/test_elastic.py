@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -393,3 +394,54 @@ def test_bad_elastic_and_staleness_configs_are_refused_and_create_nothing(server
     assert rc == 0 and doc["shards"][0]["jobs"] == [], doc
     with pytest.raises(gradagg.errors.GradaggError, match="min_world_size 5 exceeds world_size 4"):
         gradagg.Client(server.addr, "bad", "any", 4, min_world_size=5, **FAST)
+
+
+def test_c_workers_come_and_go_in_an_elastic_job(server) -> None:
+    """The C SDK's example as the elastic Kubernetes Job runs it (deploy/examples/
+    elastic-training-job.yaml: GRADAGG_RANK=any, GRADAGG_MIN_WORLD_SIZE, --steps of the job): a
+    second worker joins the running job, is stopped by SIGTERM (it leaves as stopped, exit 143),
+    a third takes its rank, and every worker still running ends at the job's last step."""
+    import signal
+    from _util import build_dir
+    program = str(build_dir() / "client" / "softmax_train")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADAGG_") or k == "GRADAGG_LIB"}
+    env.update(GRADAGG_SERVER=server.addr, GRADAGG_JOB="softmax-elastic", GRADAGG_RANK="any",
+               GRADAGG_WORLD_SIZE="4", GRADAGG_MIN_WORLD_SIZE="1")
+    steps = 1500
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen([program, "--codec", "2bit", "--threshold", "0.05", "--steps", str(steps), "--lr", "1"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait_status(ok) -> Dict[str, Any]:
+        end = time.monotonic() + 60
+        while True:
+            rc, doc = cli_json("--server", server.addr, "status", "softmax-elastic")
+            if rc == 0 and ok(doc["shards"][0]):
+                return doc["shards"][0]
+            assert time.monotonic() < end, doc
+            time.sleep(0.005)
+
+    def joined(s: Dict[str, Any]) -> List[int]:
+        return [m["rank"] for m in s["members"] if m["joined"]]
+
+    a = start()
+    wait_status(lambda s: s["version"] >= 20)
+    b = start()
+    s = wait_status(lambda s: joined(s) == [0, 1] and s["version"] < steps - 200)
+    b.send_signal(signal.SIGTERM)
+    out_b = b.communicate(timeout=60)[0]
+    assert b.returncode == 143 and "stopped by SIGTERM" in out_b, out_b
+    assert wait_status(lambda s: joined(s) == [0])["version"] < steps
+    c = start()
+    out_a, out_c = a.communicate(timeout=120)[0], c.communicate(timeout=120)[0]
+    assert a.returncode == 0 and c.returncode == 0, (out_a, out_c)
+    s = wait_status(lambda s: True)
+    assert s["version"] == steps and s["finished"], s
+    assert "stats rank 1" in out_c, out_c  # the rank b freed
+    ranks = {tuple(r["ranks"]) for r in s["recent_steps"]}
+    assert ranks <= {(0,), (0, 1)}, ranks
+    # As good as the teacher that labelled the data (the population optimum), within 0.02.
+    teacher = re.search(r"teacher loss [0-9.]+ accuracy ([0-9.]+)", out_a)
+    final = re.search(r"final loss [0-9.]+ accuracy ([0-9.]+)", out_a)
+    assert teacher and final and float(final.group(1)) > float(teacher.group(1)) - 0.02, out_a[-2000:]
