@@ -204,6 +204,10 @@ ga_status ga_shard_repush(ga_client *c, ga_shard *sh, char *why, size_t cap);
 /* The pull of a sync step's result after the shard's own push (pull.c): as ga_shard_pull, and
  * after a broken connection it sends the push again first (ga_shard_repush). */
 ga_status ga_shard_pull_after_push(ga_client *c, ga_shard *sh);
+/* The least version a sync shard needs after its push of sh->step was answered: that step's
+ * result, or with bounded staleness s the version its next step may be computed from (its step
+ * + 1 - s). */
+uint64_t ga_shard_needed_after_push(const ga_client *c, const ga_shard *sh);
 
 /* Shards (shard.c). */
 /* Splits opt.server into c->shards, `lanes` per address (owned addresses and lane job names;

@@ -235,8 +235,14 @@ static ga_status repush(ga_client *c, ga_shard *sh, pull_state *ps, char *why, s
         sh->late = true;
         st = GA_OK;
     }
-    if (st == GA_OK) ps->min_version = sh->step + 1; /* the shard may have moved back */
+    if (st == GA_OK) ps->min_version = ga_shard_needed_after_push(c, sh); /* the shard may have moved back */
     return st;
+}
+
+uint64_t ga_shard_needed_after_push(const ga_client *c, const ga_shard *sh)
+{
+    uint64_t next = sh->step + 1;
+    return next > c->opt.staleness ? next - c->opt.staleness : 0;
 }
 
 static ga_status pull_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)

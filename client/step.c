@@ -27,7 +27,7 @@ static uint64_t next_step(const ga_client *c, const ga_shard *sh)
  * minus the staleness), and a newer one if the push's answer named one. 0: no pull is needed. */
 static uint64_t stale_want(const ga_client *c, const ga_shard *sh)
 {
-    uint64_t next = sh->step + 1, want = next > c->opt.staleness ? next - c->opt.staleness : 0;
+    uint64_t want = ga_shard_needed_after_push(c, sh);
     if (sh->ack > sh->version && sh->version + 1 > want) want = sh->version + 1;
     return want > sh->version ? want : 0;
 }

@@ -16,7 +16,7 @@ elastic: a fixed job of 4 ranks against an elastic one (min 1, max 4) whose work
   leave at set versions (one leaves, two join late, one takes a freed rank), both for --epochs
   over the same batches, --seeds seeds each: final test accuracy.
 
-Writes <out>/straggler.{json,md,png} and straggler-jitter.png (--out, default build/results). Needs --build (default
+Writes <out>/straggler.{json,md,png} (--out, default build/results). Needs --build (default
 build/unit) with gradagg-server, libgradagg.so and the gradagg tool."""
 from __future__ import annotations
 
@@ -146,26 +146,30 @@ def elastic(server: str, gradagg_tool: Path, seeds: Sequence[int], epochs: int,
     return rows
 
 
-def plot(rows: List[Dict[str, Any]], path: Path, title: str) -> None:
+def plot(parts: List[Any], path: Path, title: str) -> None:
+    """One row per (label, rows): training loss, and the job's version, against wall time."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
-    for row in rows:
-        t = [c[0] for c in row["curve"]]
-        ax[0].plot(t, [c[2] for c in row["curve"]], label=row["name"], lw=1.4)
-        ax[1].plot(t, [c[1] for c in row["curve"]], label=row["name"], lw=1.4)
-    ax[0].set_yscale("log")
-    ax[0].set_ylabel("training loss (full training set)")
-    ax[1].set_ylabel("job version (steps applied)")
-    for a in ax:
-        a.set_xlabel("wall time, s")
-        a.grid(alpha=0.3)
-    ax[0].legend(fontsize=8)
+    fig, axes = plt.subplots(len(parts), 2, figsize=(13, 4.2 * len(parts)), squeeze=False)
+    for (label, rows), ax in zip(parts, axes):
+        for row in rows:
+            t = [c[0] for c in row["curve"]]
+            ax[0].plot(t, [c[2] for c in row["curve"]], label=row["name"], lw=1.4)
+            ax[1].plot(t, [c[1] for c in row["curve"]], label=row["name"], lw=1.4)
+        ax[0].set_yscale("log")
+        ax[1].set_yscale("symlog", linthresh=100)
+        ax[0].set_ylabel("training loss (full training set)")
+        ax[1].set_ylabel("job version (steps applied)")
+        for a in ax:
+            a.set_xlabel("wall time, s")
+            a.grid(alpha=0.3)
+            a.set_title(label, fontsize=9)
+        ax[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -215,12 +219,10 @@ def main() -> int:
     (args.out / "straggler.json").write_text(json.dumps(result, indent=1))
     (args.out / "straggler.md").write_text(markdown(result))
     if result.get("straggler"):
-        plot(result["straggler"], args.out / "straggler.png",
-             f"digits MLP, W = {W}, rank {SLOW} sleeps {2 * args.sleep:g} s a step, the others {args.sleep:g} s; "
-             f"{result['machine']['date']}, {result['machine']['cpus']} CPUs")
-        plot(result["jitter"], args.out / "straggler-jitter.png",
-             f"digits MLP, W = {W}, every rank sleeps uniform [0, {2 * args.sleep:g}] s a step; "
-             f"{result['machine']['date']}, {result['machine']['cpus']} CPUs")
+        plot([(f"rank {SLOW} sleeps {2 * args.sleep:g} s a step, the others {args.sleep:g} s", result["straggler"]),
+              (f"every rank sleeps uniform [0, {2 * args.sleep:g}] s a step", result["jitter"])],
+             args.out / "straggler.png",
+             f"digits MLP through gradagg, W = {W}; {result['machine']['date']}, {result['machine']['cpus']} CPUs")
     print(markdown(result))
     return 0
 

@@ -188,7 +188,7 @@ static void ckpt_work(ga_task *t)
         char why[GA_WHY_CAP];
         /* The journal must reach back to the oldest checkpoint kept: a corrupt newer one falls
          * back to it. A failed prune only leaves files behind. */
-        if (ga_journal_prune(k->job->dir, oldest, &k->pruned, why, sizeof why) != GA_OK)
+        if (ga_journal_prune(k->job->dir, oldest, k->job->staleness, &k->pruned, why, sizeof why) != GA_OK)
             ga_log(GA_LOG_WARN, "job '%s': trimming the journal: %s", k->job->name, why);
     }
     k->seconds = (double)(uv_hrtime() - t0) * 1e-9;
@@ -215,6 +215,21 @@ static void ckpt_done(ga_task *t)
     ga_free(k);
 }
 
+/* A member's commits as the checkpoint of `version` holds them: those of steps before it. A
+ * sync rank's pushes ahead (bounded staleness) for steps >= version are not in it: they are
+ * journaled, and a restore replays them, which it would take for retries if the checkpoint
+ * counted them. */
+static ga_ckpt_member member_at(const ga_job *job, const ga_member *x, uint64_t version)
+{
+    ga_ckpt_member m = {x->incarnation, x->last_step, x->commit_mask, x->has_pushed, x->left};
+    if (job->async || !x->has_pushed || x->last_step < version) return m;
+    uint64_t drop = x->last_step - version + 1; /* bits of steps version .. last_step */
+    m.commit_mask = drop >= 64 ? 0 : x->commit_mask >> drop;
+    m.last_step = version ? version - 1 : 0;
+    if (version == 0) m.has_pushed = false, m.commit_mask = 0;
+    return m;
+}
+
 /* What the checkpoint of `version` holds besides the store: taken now, on the loop. */
 static ga_ckpt_meta *meta_take(const ga_job *job, uint64_t version)
 {
@@ -236,7 +251,7 @@ static ga_ckpt_meta *meta_take(const ga_job *job, uint64_t version)
     if (job->config) protobuf_c_message_pack(&job->config->base, m->config);
     for (uint32_t r = 0; r < job->world; r++) {
         const ga_member *x = &job->members[r];
-        m->members[r] = (ga_ckpt_member){x->incarnation, x->last_step, x->commit_mask, x->has_pushed, x->left};
+        m->members[r] = member_at(job, x, version);
     }
     for (size_t i = 0; i < job->ntensors; i++) {
         const ga_tensor *x = &job->tensors[i];
@@ -473,7 +488,7 @@ static void restore_dir(ga_core *c, const char *dir)
     c->replaying = true; /* jobs created here run their tasks inline and journal nothing */
     load_newest(&r);
     uint64_t after = r.job ? r.job->version : 0;
-    ga_status st = ga_journal_replay(dir, after, replay_record, &r, &end, why, sizeof why);
+    ga_status st = ga_journal_replay(dir, after, r.job ? r.job->staleness : 0, replay_record, &r, &end, why, sizeof why);
     c->replaying = false;
     if (!r.job) {
         ga_log(GA_LOG_WARN, "restore: nothing to restore in %s%s%s", dir, st != GA_OK ? ": " : "",

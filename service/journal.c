@@ -447,8 +447,8 @@ static read_result segment_read(const segment *g, uint64_t at, header *h, uint8_
     return r;
 }
 
-ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, ga_journal_end *end,
-                            char *why, size_t cap)
+ga_status ga_journal_replay(const char *dir, uint64_t after, uint32_t ahead, ga_journal_visit visit, void *arg,
+                            ga_journal_end *end, char *why, size_t cap)
 {
     seg_id *ids;
     size_t count;
@@ -484,7 +484,7 @@ ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit vi
             bool damage = r == READ_UNREADABLE || copy_r == READ_UNREADABLE || damage_after(g.fd, at + 1, g.size) ||
                           (g.copy_fd >= 0 && damage_after(g.copy_fd, at + 1, g.copy_size)) ||
                           (has_next && next_first > reached + 1);
-            bool needed = !has_next || next_first > after + 1;
+            bool needed = !has_next || next_first + ahead > after + 1;
             if (!damage) {
                 end->torn++;
             } else if (!needed) {
@@ -501,13 +501,13 @@ ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit vi
     return st;
 }
 
-ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, char *why, size_t cap)
+ga_status ga_journal_prune(const char *dir, uint64_t covered, uint32_t ahead, size_t *removed, char *why, size_t cap)
 {
     seg_id *ids;
     size_t count, gone = 0;
     GA_CHECK(list_segments(dir, &ids, &count, why, cap));
     ga_status st = GA_OK;
-    for (size_t i = 0; i + 1 < count && ids[i + 1].first <= covered && st == GA_OK; i++) {
+    for (size_t i = 0; i + 1 < count && ids[i + 1].first + ahead <= covered && st == GA_OK; i++) {
         const char *suffixes[] = {COPY_SUFFIX, SUFFIX}; /* the copy first: never a copy alone */
         for (int k = 0; k < 2 && st == GA_OK; k++) {
             char path[4096];

@@ -7,8 +7,10 @@
  * Files: <job dir>/journal-<counter:10>-<first seq:20>.log, appended in counter order. A record
  * is [u32 type][u32 0][u64 seq][u64 body length][body][u32 crc32c of all before it], little
  * endian. seq is the version that will include the record: a checkpoint of version V covers
- * every record with seq <= V. Every record of a segment has seq <= the next segment's first seq,
- * so a segment may go once the oldest kept checkpoint's version reaches the next one's. Segments
+ * every record with seq <= V. Every record of a segment has seq <= the next segment's first seq
+ * + `ahead`, the job's staleness (a push ahead of the open step is journaled with the version of
+ * its own step: core_persist.c), so a segment may go once the oldest kept checkpoint's version
+ * reaches the next one's + ahead. Segments
  * are written with direct I/O (dfile.h): one left by a killed server may end in fewer than 4096
  * zero bytes after its last record, which replay reads as its end.
  *
@@ -111,12 +113,12 @@ typedef struct ga_journal_record {
     size_t len;
 } ga_journal_record;
 typedef ga_status (*ga_journal_visit)(void *arg, const ga_journal_record *r, char *why, size_t cap);
-ga_status ga_journal_replay(const char *dir, uint64_t after, ga_journal_visit visit, void *arg, ga_journal_end *end,
-                            char *why, size_t cap);
+ga_status ga_journal_replay(const char *dir, uint64_t after, uint32_t ahead, ga_journal_visit visit, void *arg,
+                            ga_journal_end *end, char *why, size_t cap);
 
 /* Deletes the segments (and their copies) whose every record has seq <= covered (the next
- * segment starts at or below it). Never the newest segment. Returns how many went. */
-ga_status ga_journal_prune(const char *dir, uint64_t covered, size_t *removed, char *why, size_t cap);
+ * segment starts at or below covered - ahead). Never the newest segment. Returns how many went. */
+ga_status ga_journal_prune(const char *dir, uint64_t covered, uint32_t ahead, size_t *removed, char *why, size_t cap);
 
 /* Bodies back into bundles (owned by the caller) and messages. GA_E_PROTO when the body does
  * not parse; the bundle checks of bundle.h apply. */

@@ -306,6 +306,10 @@ static void scrape_after_steps(void **state)
     assert_true(sample(m, "gradagg_step_duration_seconds_count{" JOB "}") == STEPS);
     assert_true(sample(m, "gradagg_step_duration_seconds_bucket{" JOB ",le=\"+Inf\"}") == STEPS);
     assert_true(sample(m, "gradagg_step_duration_seconds_sum{" JOB "}") > 0);
+    /* A sync job: every push computed from the version just before its step (staleness 0). */
+    assert_true(sample(m, "gradagg_push_staleness_count{" JOB "}") == 2 * STEPS);
+    assert_true(sample(m, "gradagg_push_staleness_bucket{" JOB ",le=\"0\"}") == 2 * STEPS);
+    assert_true(sample(m, "gradagg_push_staleness_sum{" JOB "}") == 0);
     assert_true(sample(m, "gradagg_received_bytes_total{" JOB ",codec=\"none\"}") == STEPS * N * 4);
     assert_true(sample(m, "gradagg_received_fp32_bytes_total{" JOB ",codec=\"none\"}") == STEPS * N * 4);
     assert_true(sample(m, "gradagg_received_bytes_total{" JOB ",codec=\"2bit\"}") == (double)(STEPS * b2));

@@ -97,7 +97,7 @@ static void replay(const char *dir, seen *s, ga_journal_end *end)
 {
     char why[256];
     memset(s, 0, sizeof *s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, s, end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, s, end, why, sizeof why), GA_OK);
 }
 
 static void assert_all_four(const seen *s)
@@ -246,7 +246,7 @@ static void test_prune_takes_both_copies(void **state)
     copy_of(newest_copy, sizeof newest_copy, newest);
     ga_journal_close(&j);
     size_t removed;
-    assert_int_equal(ga_journal_prune(dir, 5, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_prune(dir, 5, 0, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 1);
     struct stat sb;
     assert_int_equal(stat(path, &sb), -1);

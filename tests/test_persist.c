@@ -62,7 +62,7 @@ static void test_journal_replay_stops_at_damage(void **state)
     /* As a killed server leaves it: the last block's zero padding is still there, and is no
      * damage. */
     assert_true(file_size(path) % GA_DFILE_ALIGN == 0 && (uint64_t)file_size(path) > j.file.size);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 4);
     assert_true(end.torn == 0 && !end.damaged);
     uint64_t committed = j.file.size;
@@ -70,13 +70,13 @@ static void test_journal_replay_stops_at_damage(void **state)
     assert_int_equal(file_size(path), committed); /* the close cut the padding */
 
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 4);
     assert_true(end.torn == 0 && !end.damaged);
     assert_true(s.first[3] == 30.0f && s.seq[3] == 4);
     /* Only the records after a checkpoint's version come back. */
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 2, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 2, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.seq[0], 3);
 
@@ -84,14 +84,14 @@ static void test_journal_replay_stops_at_damage(void **state)
     off_t size = file_size(path);
     assert_int_equal(truncate(path, size - 100), 0);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 3);
     assert_true(end.torn == 1 && !end.damaged);
     /* A flipped bit in the second record's payload, intact records after it: damage, not a torn
      * tail. The replay stops there, and says where. */
     flip_byte(path, size / 4 + 600);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_true(end.damaged && end.torn == 0);
     assert_int_equal(end.last_seq, 1);
@@ -105,25 +105,33 @@ static void test_journal_replay_stops_at_damage(void **state)
     ga_push_free(p);
     ga_journal_close(&j);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_true(end.damaged);
     /* ... unless a checkpoint covers the damaged segment: only the later one is needed. */
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 4, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 4, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_true(s.first[0] == 99.0f && !end.damaged && end.damaged_covered == 1);
+    /* With pushes ahead (staleness 2) the damaged segment may hold records past its successor's
+     * start, up to seq 5 + 2: it is needed, and the damage stops the replay. */
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ga_journal_replay(dir, 4, 2, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_true(end.damaged && s.n == 0);
 
-    /* Pruning: the first segment goes once a kept checkpoint covers the second's start. */
+    /* Pruning: the first segment goes once a kept checkpoint covers the second's start (plus the
+     * staleness, with pushes ahead). */
     size_t removed;
-    assert_int_equal(ga_journal_prune(dir, 4, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_prune(dir, 4, 0, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 0);
-    assert_int_equal(ga_journal_prune(dir, 5, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_prune(dir, 6, 2, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(removed, 0);
+    assert_int_equal(ga_journal_prune(dir, 5, 0, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 1);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
-    assert_int_equal(ga_journal_prune(dir, 1000, &removed, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_prune(dir, 1000, 0, &removed, why, sizeof why), GA_OK);
     assert_int_equal(removed, 0); /* never the newest segment */
 }
 
@@ -155,7 +163,7 @@ static void test_journal_tells_a_torn_tail_from_damage(void **state)
     /* The restart after the crash went on from seq 2: a torn tail, and the next segment is read. */
     ga_test_fresh_dir(dir, sizeof dir, base);
     torn_then(dir, 3);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_true(end.torn == 1 && !end.damaged);
     assert_int_equal(s.n, 3);
     assert_true(s.first[2] == 77.0f);
@@ -163,7 +171,7 @@ static void test_journal_tells_a_torn_tail_from_damage(void **state)
     ga_test_fresh_dir(dir, sizeof dir, base);
     torn_then(dir, 5);
     memset(&s, 0, sizeof s);
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_true(end.damaged && end.torn == 0);
     assert_int_equal(end.last_seq, 2);
     assert_int_equal(s.n, 2);
@@ -225,7 +233,7 @@ static void test_journal_skips_the_page_cache(void **state)
     ga_journal_close(&j);
     seen s = {0};
     ga_journal_end end;
-    assert_int_equal(ga_journal_replay(dir, 0, collect, &s, &end, why, sizeof why), GA_OK);
+    assert_int_equal(ga_journal_replay(dir, 0, 0, collect, &s, &end, why, sizeof why), GA_OK);
     assert_int_equal(s.n, 1);
     assert_true(s.first[0] == 1.0f);
 }

@@ -445,3 +445,75 @@ def test_c_workers_come_and_go_in_an_elastic_job(server) -> None:
     teacher = re.search(r"teacher loss [0-9.]+ accuracy ([0-9.]+)", out_a)
     final = re.search(r"final loss [0-9.]+ accuracy ([0-9.]+)", out_a)
     assert teacher and final and float(final.group(1)) > float(teacher.group(1)) - 0.02, out_a[-2000:]
+
+
+def test_pushes_ahead_survive_restarts_and_checkpoints(tmp_path: Path) -> None:
+    """Bounded staleness 2 with a checkpoint every version (one kept, so journal segments go as
+    soon as they may): the server is killed twice while ranks have pushes acknowledged ahead of
+    the open step; the restarted server replays them, and the result is the replay of every step
+    with all three contributions."""
+    server = Server(gradagg._lib.server_binary(), tmp_path, "--checkpoint-steps", "1", "--checkpoint-keep", "1")
+    try:
+        job, steps = "ssp-restart", 40
+        workers = [Worker(tmp_path, f"r{r}", server.addr, job, "--world", "3", "--min", "0", "--rank", str(r),
+                          "--staleness", "2", "--steps", str(steps), "--sleep-ms", "60" if r == 2 else "10",
+                          "--jitter", str(r)) for r in range(3)]
+        for kill_at in (8, 24):
+            workers[0].wait_for(lambda w: w.steps_done() >= kill_at)
+            server.stop()
+            server = server.restart()
+        for w in workers:
+            w.wait()
+        ahead = max(e["step"] - e["base"] for w in workers for e in w.events() if "step" in e)
+        assert ahead == 2, ahead
+        s = status(server.addr, job)
+        assert s["version"] == steps, s
+        records = {t: [0, 1, 2] for t in range(steps)}
+        for w in workers:
+            final = w.events()[-1]
+            np.testing.assert_array_equal(np.array(final["params"], F32), replay(records, final["final"]))
+        segments = sorted(p.name for p in (tmp_path / "data").rglob("journal-*.log"))
+        assert len(segments) < 10, segments  # pruned as the checkpoints went by
+    finally:
+        server.stop()
+
+
+def test_a_late_distributed_optimizer_takes_the_model_and_the_step(server) -> None:
+    """gradagg.torch in an elastic job: a DistributedOptimizer created while the job trains gets
+    a rank from the server, the job's current parameters in its model (not its own initial
+    ones) and the version to go on from; then both train the same steps."""
+    torch = pytest.importorskip("torch")
+    from gradagg.torch import DistributedOptimizer
+
+    def model(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+
+    x, y = torch.randn(32, 8, generator=torch.Generator().manual_seed(0)), torch.arange(32) % 2
+
+    def step(net: Any, opt: Any, part: slice) -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[part]), y[part]).backward()
+        opt.step()
+
+    common = dict(server=server.addr, job="late-torch", rank="any", world_size=4, min_world_size=1,
+                  optimizer=gradagg.SGD(lr=0.1, momentum=0.9), **FAST)
+    first = model(1)
+    a = DistributedOptimizer(first.parameters(), **common)
+    for _ in range(3):
+        step(first, a, slice(0, 32))
+    late = model(2)
+    b = DistributedOptimizer(late.parameters(), **common)
+    assert (a.rank, b.rank) == (0, 1) and b.version == a.version == 3
+    for p, q in zip(first.parameters(), late.parameters()):
+        assert torch.equal(p, q)
+    import threading
+    t = threading.Thread(target=step, args=(first, a, slice(0, 16)))
+    t.start()
+    step(late, b, slice(16, 32))
+    t.join(30)
+    assert a.version == b.version == 4
+    for p, q in zip(first.parameters(), late.parameters()):
+        assert torch.equal(p, q)
+    a.close()
+    b.close()
