@@ -25,16 +25,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples"))
-try:
-    import gradagg
-except ImportError:  # not installed: this checkout's package and build tree
-    sys.path.insert(0, str(REPO / "client" / "python"))
-    import gradagg
+from digits import data, env, model  # noqa: E402
 
+gradagg = env.gradagg_package()  # installed, else this checkout's
 import torch  # noqa: E402
 from gradagg.torch import DistributedOptimizer  # noqa: E402
-
-from digits import data, model  # noqa: E402
 
 
 def main() -> int:

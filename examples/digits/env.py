@@ -12,6 +12,17 @@ from typing import Any, Dict
 REPO = Path(__file__).resolve().parents[2]
 
 
+def gradagg_package() -> Any:
+    """The gradagg package as installed (pip install ./client/python), else this checkout's
+    (client/python, with the library of a build tree or $GRADAGG_LIB)."""
+    try:
+        import gradagg
+    except ImportError:
+        sys.path.insert(0, str(REPO / "client" / "python"))
+        import gradagg
+    return gradagg
+
+
 def use_build(build: Path) -> Path:
     """Points the gradagg package at build/client/libgradagg.so (through $GRADAGG_LIB, so worker
     processes load the same one) and returns build/service/gradagg-server. Raises SystemExit
