@@ -108,6 +108,9 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (c->has_lr && !(isfinite(c->lr) && c->lr >= 0.0f))
         return ga_status_fail(GA_E_OPTIM, why, cap, "push chunk %zu: lr %g (need a finite lr >= 0)", k, (double)c->lr);
+    if (c->weight > GA_PUSH_MAX_WEIGHT)
+        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: weight %u over %u", k, c->weight,
+                              GA_PUSH_MAX_WEIGHT);
     if (b) {
         if (strcmp(b->job, c->job) != 0)
             return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu names job '%s', the stream began with job '%s'", k,
@@ -122,6 +125,9 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
         if (c->step != b->step)
             return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has step %llu, the stream began with step %llu", k,
                         (unsigned long long)c->step, (unsigned long long)b->step);
+        if ((c->weight ? c->weight : 1) != b->weight)
+            return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has weight %u, the stream began with %u",
+                                  k, c->weight ? c->weight : 1, b->weight);
         if ((bool)c->has_lr != b->has_lr || (c->has_lr && memcmp(&c->lr, &b->lr, sizeof c->lr) != 0))
             return ga_status_fail(GA_E_STREAM_MIXED, why, cap, "push chunk %zu has %s, the stream began with %s", k,
                                   lr_text(c->has_lr, c->lr, (char[32]){0}), lr_text(b->has_lr, b->lr, (char[32]){0}));
@@ -181,6 +187,7 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
         fresh->step = chunk->step;
         fresh->has_lr = chunk->has_lr;
         fresh->lr = chunk->lr;
+        fresh->weight = chunk->weight ? chunk->weight : 1;
         fresh->budget = budget;
         b = fresh;
     }

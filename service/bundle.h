@@ -11,6 +11,9 @@
 #include "ga_codec.h"
 #include "ga_methods.h"
 
+/* The most workers one push may sum (PushChunk.weight). */
+#define GA_PUSH_MAX_WEIGHT 65536u
+
 typedef struct ga_push_part {
     Gradagg__V1__PushChunk *chunk; /* owned; chunk->payload.data is 4-byte aligned */
     ga_codec_id codec;             /* parsed from chunk->codec and validated */
@@ -31,6 +34,7 @@ typedef struct ga_push {
      * the gradients were computed (has_base false: none since the server started). */
     bool has_base;
     uint64_t base_version;
+    uint32_t weight;      /* workers summed in this push (PushChunk.weight; 0 there = 1), >= 1 */
     ga_push_part *parts;
     size_t count, cap;
     size_t payload_bytes; /* the chunks' payloads */

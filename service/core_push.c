@@ -391,8 +391,8 @@ void ga_core_step_close(ga_job *job, bool by_deadline)
 {
     ga_step *s = &job->step;
     uint64_t step = s->step;
-    uint32_t contributors = s->committed;
-    ga_persist_step_closed(job, step, contributors == job->world);
+    uint32_t contributors = s->weight; /* the workers whose gradients the sum holds */
+    ga_persist_step_closed(job, step, s->committed == job->world);
     uint32_t missing = ga_step_exclude_missing(s);
     if (by_deadline) {
         job->deadline_closes++;
@@ -577,8 +577,9 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     m->last_step = push->step;
     count_received(job, push);
     uint64_t step = push->step; /* queue_accumulate takes push */
+    uint32_t weight = push->weight;
     queue_accumulate(job, push);
-    queue_apply(job, 1, job->target + 1, 0, lr);
+    queue_apply(job, weight, job->target + 1, 0, lr);
     /* Async acks name the version that will include this commit: a pull for it reads it. */
     ack(call, step, false, job->target);
     return;

@@ -33,6 +33,7 @@ void ga_step_open(ga_step *s, uint64_t step)
     s->next = 0;
     s->handed_to = 0;
     s->committed = 0;
+    s->weight = 0;
     s->deadline_fired = false;
     s->lr_mixed = false;
 }
@@ -42,6 +43,7 @@ void ga_step_commit(ga_step *s, uint32_t rank, ga_push *push)
     s->slot[rank] = GA_SLOT_COMMITTED;
     s->held[rank] = push;
     s->committed++;
+    s->weight += push->weight;
 }
 
 void ga_step_exclude(ga_step *s, uint32_t rank)

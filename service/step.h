@@ -26,6 +26,7 @@ typedef struct ga_step {
     uint32_t next;      /* every rank below is handed out or excluded */
     uint32_t handed_to; /* 1 + the highest rank handed out; 0 when none */
     uint32_t committed; /* ranks committed (held or handed) */
+    uint32_t weight;    /* the committed pushes' weights (bundle.h): what a mean divides by */
     /* The step's learning rate: that of its lowest committed rank, lr_rank (set by the core at
      * each commit); lr_mixed: two commits named different ones. */
     float lr;
