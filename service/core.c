@@ -224,15 +224,20 @@ void ga_core_job_idle(void *arg)
 
 /* ---- Join ---- */
 
+/* A Join with any_rank names a job that is not elastic (min_world 0): GA_E_INVAL. */
+static ga_status any_rank_allowed(const Gradagg__V1__JoinRequest *req, uint32_t min_world, char *why)
+{
+    if (!req->any_rank || min_world > 0) return GA_OK;
+    snprintf(why, GA_WHY_CAP, "any_rank needs an elastic job (config.min_world_size > 0); job '%s' is not one",
+             req->job);
+    return GA_E_INVAL;
+}
+
 static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
 {
     ga_job_settings set;
     GA_CHECK(ga_job_settings_from(req->config, &c->opt, &set, why, GA_WHY_CAP));
-    if (req->any_rank && set.min_world == 0) {
-        snprintf(why, GA_WHY_CAP, "any_rank needs an elastic job (config.min_world_size > 0); job '%s' is not one",
-                 req->job);
-        return GA_E_INVAL;
-    }
+    GA_CHECK(any_rank_allowed(req, set.min_world, why)); /* before a job that is not elastic is created */
     if (!req->any_rank && req->rank >= set.world) {
         snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
         return GA_E_RANK;
@@ -396,11 +401,7 @@ ga_status ga_core_member_replay(ga_job *job, const ga_journal_member *change, ch
  * held. */
 static ga_status pick_rank(const ga_job *job, Gradagg__V1__JoinRequest *req, char *why)
 {
-    if (job->min_world == 0) {
-        snprintf(why, GA_WHY_CAP, "any_rank needs an elastic job (config.min_world_size > 0); job '%s' is not one",
-                 job->name);
-        return GA_E_INVAL;
-    }
+    GA_CHECK(any_rank_allowed(req, job->min_world, why));
     for (uint32_t r = 0; r < job->world; r++)
         if (job->members[r].incarnation == req->incarnation && !job->members[r].left) {
             req->rank = r;

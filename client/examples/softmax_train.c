@@ -77,7 +77,8 @@ static int parse_args(int argc, char **argv, args *a)
         if (strcmp(k, "--server") == 0) a->client.server = v;
         else if (strcmp(k, "--job") == 0) a->client.job = v;
         else if (strcmp(k, "--codec") == 0) a->codec = v;
-        else if (strcmp(k, "--rank") == 0) a->client.rank = strcmp(v, "any") == 0 ? GA_RANK_ANY : (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(k, "--rank") == 0)
+            a->client.rank = strcmp(v, "any") == 0 ? GA_RANK_ANY : (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--min-world") == 0) a->client.min_world_size = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--world") == 0) a->client.world_size = (uint32_t)strtoul(v, NULL, 10);
         else if (strcmp(k, "--steps") == 0) a->steps = (uint32_t)strtoul(v, NULL, 10);

@@ -98,7 +98,8 @@ def _train(spec: Spec) -> Report:
             if spec.eval_every_s and now >= next_eval:
                 out.curve.append((now - t0, opt.version, mdl.evaluate(net, x_tr, y_tr)[0]))
                 next_eval += spec.eval_every_s
-            if (spec.seconds and now - t0 >= spec.seconds) or (spec.until_version and opt.version >= spec.until_version):
+            out_of_time = spec.seconds and now - t0 >= spec.seconds
+            if out_of_time or (spec.until_version and opt.version >= spec.until_version):
                 break
             t = own if m.mode == "async" else opt.version
             idx = data.epoch_batches(len(y_tr), spec.batch, spec.seed, t // per_epoch)[t % per_epoch]

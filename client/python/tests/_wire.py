@@ -31,11 +31,42 @@ def field_bytes(num: int, data: bytes) -> bytes:
     return varint(num << 3 | 2) + varint(len(data)) + data if data else b""
 
 
+def read_varint(msg: bytes, at: int) -> Tuple[int, int]:
+    """The varint at msg[at:] and the offset after it."""
+    n = shift = 0
+    while True:
+        b = msg[at]
+        at += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, at
+
+
+def field_of(msg: bytes, num: int) -> bytes:
+    """The bytes of length-delimited field `num` of an encoded message (the last one), b"" if absent."""
+    at, found = 0, b""
+    while at < len(msg):
+        tag, at = read_varint(msg, at)
+        kind = tag & 7
+        if kind == 0:
+            _, at = read_varint(msg, at)
+        elif kind == 2:
+            n, at = read_varint(msg, at)
+            if tag >> 3 == num:
+                found = msg[at:at + n]
+            at += n
+        else:  # fixed64 (1) or fixed32 (5)
+            at += 8 if kind == 1 else 4
+    return found
+
+
 def field_float(num: int, v: float) -> bytes:
     return varint(num << 3 | 5) + struct.pack("<f", v) if v else b""
 
 
-def join_request(job: str, rank: int, incarnation: int, world: int, lr: float = 0.1, extra_config: bytes = b"") -> bytes:
+def join_request(job: str, rank: int, incarnation: int, world: int, lr: float = 0.1,
+                 extra_config: bytes = b"") -> bytes:
     """extra_config: more JobConfig fields, appended."""
     optimizer = field_varint(1, 1) + field_float(2, lr)  # SGD
     config = field_varint(1, world) + field_bytes(4, optimizer) + extra_config

@@ -13,7 +13,7 @@ import pytest
 
 import gradagg
 from conftest import Server
-from _wire import channel, field_varint, init_chunk, join_request, push_chunk, pull_request
+from _wire import channel, field_of, field_varint, init_chunk, join_request, pull_request, push_chunk
 from test_cli import cli_json
 
 F32 = np.float32
@@ -31,9 +31,7 @@ def weighted(job: str, rank: int, inc: int, step: int, values: np.ndarray, weigh
 def params(ch: grpc.Channel, job: str, inc: int, version: int) -> np.ndarray:
     out = np.zeros(N, F32)
     for raw in ch.unary_stream(PULL)(pull_request(job, 0, inc, version), timeout=30):
-        # PullChunk: version 1, tensor 2, offset 3, count 4, kind 5, ..., payload 15 (last)
-        i = raw.rindex(b"\x7a")  # field 15, length-delimited: the payload of N fp32
-        out[:] = np.frombuffer(raw[i + 2:i + 2 + 4 * N], F32)
+        out[:] = np.frombuffer(field_of(raw, 15), F32)  # PullChunk.payload: N fp32 (one piece)
     return out
 
 
