@@ -615,6 +615,13 @@ static void tensor_free(ga_tensor *t)
     ga_free(t->parts);
 }
 
+void ga_client_abandon(ga_client *c)
+{
+    if (!c) return;
+    c->abandoned = true;
+    ga_client_destroy(c);
+}
+
 void ga_client_destroy_failed(ga_client *c, const char *reason)
 {
     if (!c) return;
@@ -628,7 +635,7 @@ void ga_client_destroy(ga_client *c)
     ga_client_async_free(c);
     ga_heartbeat_stop(c);
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
-    ga_shards_run(c, leave_task);
+    if (!c->abandoned) ga_shards_run(c, leave_task);
     ga_shards_free(c);
     for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
     ga_free(c->tensors);
@@ -863,6 +870,15 @@ ga_status ga_client_set_lr(ga_client *c, float lr)
     if (!(isfinite(lr) && lr >= 0.0f)) return ga_client_fail(c, GA_E_OPTIM, "set_lr: lr %g (need a finite lr >= 0)", (double)lr);
     c->has_lr = true;
     c->lr = lr;
+    return GA_OK;
+}
+
+ga_status ga_client_set_push_weight(ga_client *c, uint32_t weight)
+{
+    if (!c || ga_client_in_flight(c)) return GA_E_INVAL;
+    if (weight < 1 || weight > GA_PUSH_WEIGHT_MAX)
+        return ga_client_fail(c, GA_E_INVAL, "set_push_weight: %u outside [1, %u]", weight, GA_PUSH_WEIGHT_MAX);
+    c->push_weight = weight;
     return GA_OK;
 }
 

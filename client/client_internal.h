@@ -147,6 +147,8 @@ struct ga_client {
     uint32_t epoch;
     bool has_lr;           /* ga_client_set_lr was called: pushes carry lr */
     float lr;
+    bool abandoned;        /* ga_client_abandon: destroy without a Leave */
+    uint32_t push_weight;  /* ga_client_set_push_weight: the workers each push sums; 0 = 1 */
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */
     size_t scratch_n;

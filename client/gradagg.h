@@ -244,6 +244,10 @@ void ga_client_destroy(ga_client *c);
  * the job fails for every other rank unless its straggler policy goes on without this one
  * (docs/protocol.md, "Failed ranks"). A worker that finished calls ga_client_destroy. */
 void ga_client_destroy_failed(ga_client *c, const char *reason);
+/* Frees the client without leaving: its rank stays a member (lost once its lease lapses, unless
+ * a process joins again as the same incarnation). For a member that is restarted as itself, a
+ * node relay's (docs/relay.md). NULL is a no-op. */
+void ga_client_abandon(ga_client *c);
 /* Deletes the job opt names on every shard (and lane) of opt.server: its parameters, journal,
  * checkpoints and metric series (the DeleteJob RPC; a token, with TLS, as opt gives). Refused
  * (GA_E_RANK_HELD, naming the rank) while a rank of it is live; GA_E_UNKNOWN_JOB when no shard
@@ -329,6 +333,11 @@ ga_status ga_client_state_save(ga_client *c, void *buf, size_t cap, size_t *len)
 ga_status ga_client_state_load(ga_client *c, const void *buf, size_t len);
 /* DGC warm-up epoch (0-based); call at each epoch start. */
 void ga_client_set_epoch(ga_client *c, uint32_t epoch);
+/* The pushes that follow carry the sum of `weight` workers' gradients (PushChunk.weight; a node
+ * relay's, docs/relay.md): a mean job divides by the weights of a step's pushes, not by their
+ * count. In [1, GA_PUSH_WEIGHT_MAX]; 1 until called. GA_E_INVAL otherwise (nothing changes). */
+#define GA_PUSH_WEIGHT_MAX 65536u
+ga_status ga_client_set_push_weight(ga_client *c, uint32_t weight);
 /* The threshold tensor `index` was last pushed with (2bit, 1bit; with the automatic threshold the
  * adapted one, before the first step the starting one) into *threshold, and the fraction of
  * its elements the last push sent as nonzero codes (2bit; NaN for other codecs or before the

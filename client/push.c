@@ -401,6 +401,7 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
     chunk.step = a->step;
     chunk.has_lr = c->has_lr;
     chunk.lr = c->lr;
+    chunk.weight = c->push_weight > 1 ? c->push_weight : 0; /* 0 on the wire = 1 */
     chunk.codec = &codec;
     for (size_t i = 0; i < c->ntensors && st == GA_OK; i++) {
         ga_tensor *t = &c->tensors[i];

@@ -16,6 +16,7 @@ typedef enum row_type {
     T_PATH, /* a non-empty path */
     T_OPT_ADDR, /* host:port, or "" = off */
     T_OPT_PATH, /* a path, or "" = off */
+    T_OPT_TEXT, /* any text (checked where it is used), or "" = off */
     T_U32,  /* decimal integer in [min, max] */
     T_U64,
     T_ENUM, /* one of choices; stored as its index (an enum) */
@@ -45,6 +46,7 @@ static const char *const finished_choices[] = {"delete", "keep", NULL};
 #define ROW_PATH(n, e, f, d, h) {n, "--" n, e, T_PATH, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
 #define ROW_OPT_ADDR(n, e, f, d, h) {n, "--" n, e, T_OPT_ADDR, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
 #define ROW_OPT_PATH(n, e, f, d, h) {n, "--" n, e, T_OPT_PATH, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
+#define ROW_OPT_TEXT(n, e, f, d, h) {n, "--" n, e, T_OPT_TEXT, d, h, FIELD(f), sizeof(((ga_config *)0)->f), 0, 0, NULL}
 #define ROW_U32(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U32, d, h, FIELD(f), 0, lo, hi, NULL}
 #define ROW_U64(n, e, f, d, lo, hi, h) {n, "--" n, e, T_U64, d, h, FIELD(f), 0, lo, hi, NULL}
 #define ROW_ENUM(n, e, f, d, c, h) {n, "--" n, e, T_ENUM, d, h, FIELD(f), 0, 0, 0, c}
@@ -164,6 +166,20 @@ static const row rows[GA_CFG_KEYS] = {
     [GA_CFG_ADVERTISE_ADDRESS] = ROW_OPT_ADDR("advertise-address", "GRADAGG_ADVERTISE_ADDRESS", advertise_address, "",
                                               "where clients reach this shard, host:port; empty = the --listen "
                                               "address (with its port once bound)"),
+    [GA_CFG_RELAY_TO] = ROW_OPT_TEXT("relay-to", "GRADAGG_RELAY_TO", relay_to, "",
+                                     "the upstream shards (h:p[,h:p...] or shards://name:port): set = this server "
+                                     "is its node's relay, whose workers' pushes it sums and sends upstream as one "
+                                     "(docs/relay.md); empty = a server"),
+    [GA_CFG_RELAY_NODE] = ROW_U32("relay-node", "GRADAGG_RELAY_NODE", relay_node, "0", 0, 4095,
+                                  "a relay's node index, below --relay-nodes: it serves the job's ranks "
+                                  "[node * workers, (node + 1) * workers)"),
+    [GA_CFG_RELAY_NODES] = ROW_U32("relay-nodes", "GRADAGG_RELAY_NODES", relay_nodes, "1", 1, 4096,
+                                   "relays (nodes) in a relayed job: the upstream job's world size"),
+    [GA_CFG_RELAY_WORKERS] = ROW_U32("relay-workers", "GRADAGG_RELAY_WORKERS", relay_workers, "1", 1, 4096,
+                                     "workers on each node: a relayed job's world size is nodes x workers"),
+    [GA_CFG_RELAY_CODEC] = ROW_OPT_TEXT("relay-codec", "GRADAGG_RELAY_CODEC", relay_codec, "none",
+                                        "how a relay pushes its node's sum upstream: none, fp16, bf16, 1bit, "
+                                        "2bit[:threshold] or topk[:ratio], with error feedback"),
 };
 
 /* T_ENUM rows store the choice's index through an int. */
@@ -194,6 +210,7 @@ static void describe(const row *r, char *buf, size_t cap)
     case T_PATH: snprintf(buf, cap, "a non-empty path below %zu bytes", r->cap); break;
     case T_OPT_ADDR: snprintf(buf, cap, "host:port with the port in [0, 65535], or empty for off"); break;
     case T_OPT_PATH: snprintf(buf, cap, "a path below %zu bytes, or empty for off", r->cap); break;
+    case T_OPT_TEXT: snprintf(buf, cap, "text below %zu bytes, or empty for off", r->cap); break;
     case T_U32:
     case T_U64: snprintf(buf, cap, "an integer in [%" PRIu64 ", %" PRIu64 "]", r->min, r->max); break;
     case T_ENUM: {
@@ -250,7 +267,8 @@ static bool set_value(ga_config *cfg, const row *r, const char *text)
         memcpy(field, text, strlen(text) + 1);
         return true;
     case T_PATH:
-    case T_OPT_PATH: {
+    case T_OPT_PATH:
+    case T_OPT_TEXT: {
         size_t len = strnlen(text, r->cap);
         if ((len == 0 && r->type == T_PATH) || len >= r->cap) return false;
         memcpy(field, text, len + 1);
@@ -284,7 +302,8 @@ static void format_value(const ga_config *cfg, const row *r, char *buf, size_t c
     case T_ADDR:
     case T_PATH:
     case T_OPT_ADDR:
-    case T_OPT_PATH: snprintf(buf, cap, "%s", field); break;
+    case T_OPT_PATH:
+    case T_OPT_TEXT: snprintf(buf, cap, "%s", field); break;
     case T_U32: snprintf(buf, cap, "%" PRIu32, *(const uint32_t *)(const void *)field); break;
     case T_U64: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field); break;
     case T_ENUM: {

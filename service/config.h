@@ -62,6 +62,11 @@ typedef enum ga_config_key {
     GA_CFG_SHARD_COUNT,
     GA_CFG_SHARD_INDEX,
     GA_CFG_ADVERTISE_ADDRESS,
+    GA_CFG_RELAY_TO,
+    GA_CFG_RELAY_NODE,
+    GA_CFG_RELAY_NODES,
+    GA_CFG_RELAY_WORKERS,
+    GA_CFG_RELAY_CODEC,
     GA_CFG_KEYS
 } ga_config_key;
 
@@ -114,6 +119,9 @@ typedef struct ga_config {
     uint32_t shard_count;               /* shards in the set this server belongs to; 0 = none */
     uint32_t shard_index;               /* this server's index in it */
     char advertise_address[GA_CONFIG_LISTEN_MAX]; /* where clients reach it; "" = the listen address */
+    char relay_to[GA_CONFIG_PATH_MAX];  /* a node relay's upstream shards; "" = a server (relay.h) */
+    uint32_t relay_node, relay_nodes, relay_workers;
+    char relay_codec[64];               /* "name[:param]": the relay's push upstream */
     ga_config_source source[GA_CFG_KEYS];
     /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process
      * tests do not). */

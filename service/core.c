@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core_internal.h"
+#include "relay.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
@@ -99,6 +100,7 @@ void ga_core_destroy(ga_core *c)
         ga_core_pulls_end(job, GA_E_DRAINING, "the server is shutting down");
         ga_core_inits_end(job, GA_E_DRAINING, "the server is shutting down");
         uv_timer_stop(job->timer);
+        ga_core_relay_detach(job);
         ga_job_destroy(job);
     }
     ga_core_lease_stop(c);
@@ -198,6 +200,7 @@ void ga_core_job_fault(ga_job *job, ga_status st, const char *fmt, ...)
     snprintf(job->fault_why, sizeof job->fault_why, "job '%.60s' failed: %s", job->name, msg);
     ga_core_pulls_end(job, st, job->fault_why);
     ga_core_inits_end(job, st, job->fault_why);
+    ga_core_relay_leave(job);
 }
 
 static bool all_idle(const ga_core *c)
@@ -233,10 +236,17 @@ static ga_status any_rank_allowed(const Gradagg__V1__JoinRequest *req, uint32_t 
     return GA_E_INVAL;
 }
 
+/* A job's settings from its config; a relay's local job (relay.h) as the relay makes it. */
+static ga_status job_settings(const ga_core *c, const Gradagg__V1__JobConfig *cfg, ga_job_settings *set, char *why)
+{
+    GA_CHECK(ga_job_settings_from(cfg, &c->opt, set, why, GA_WHY_CAP));
+    return c->opt.relay ? ga_relay_localize(c->opt.relay, set, why, GA_WHY_CAP) : GA_OK;
+}
+
 static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
 {
     ga_job_settings set;
-    GA_CHECK(ga_job_settings_from(req->config, &c->opt, &set, why, GA_WHY_CAP));
+    GA_CHECK(job_settings(c, req->config, &set, why));
     GA_CHECK(any_rank_allowed(req, set.min_world, why)); /* before a job that is not elastic is created */
     if (!req->any_rank && req->rank >= set.world) {
         snprintf(why, GA_WHY_CAP, "rank %u outside [0, %u) of job '%s'", req->rank, set.world, req->job);
@@ -256,6 +266,14 @@ static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest 
     }
     GA_CHECK(ga_core_job_create(c, req->job, req->config, out, why));
     snprintf((*out)->creator, sizeof (*out)->creator, "%s", host);
+    if (c->opt.relay) {
+        ga_status st = ga_core_relay_attach(*out, req, why);
+        if (st != GA_OK) {
+            ga_core_job_drop(c, *out);
+            *out = NULL;
+            return st;
+        }
+    }
     return GA_OK;
 }
 
@@ -268,13 +286,14 @@ void ga_core_job_drop(ga_core *c, ga_job *job)
         break;
     }
     c->held_bytes -= job->held_bytes; /* the open step's and the ahead pushes go with it */
+    ga_core_relay_detach(job);
     ga_job_destroy(job);
 }
 
 ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__JobConfig *cfg, ga_job **out, char *why)
 {
     ga_job_settings set;
-    GA_CHECK(ga_job_settings_from(cfg, &c->opt, &set, why, GA_WHY_CAP));
+    GA_CHECK(job_settings(c, cfg, &set, why));
     if (c->njobs >= c->opt.max_jobs) {
         snprintf(why, GA_WHY_CAP, "the server holds %zu jobs, the most it allows (max_jobs); job '%s' not created",
                  c->njobs, name);

@@ -60,10 +60,13 @@ typedef struct ga_core_options {
     /* Descriptors the open journals may hold (fdlimit.h): a job whose journal would pass it is
      * not created (GA_E_LIMIT). 0 = no limit. */
     uint64_t journal_fds;
+    /* A node relay (relay.h, docs/relay.md): every job is the node's part of an upstream job.
+     * Borrowed: must outlive the core. NULL: a server. Needs data_dir NULL. */
+    const struct ga_relay_options *relay;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
-     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0}
+     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0, NULL}
 
 /* Jobs refused at the restore for a damaged journal (core_persist.c). */
 uint64_t ga_core_damaged_journals(const ga_core *c);

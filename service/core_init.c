@@ -264,7 +264,7 @@ static ga_status register_new(ga_job *job, init_task *it)
 
 /* ---- awaiting inits ---- */
 
-static void park(ga_job *job, ga_call *call, ga_init *init)
+void ga_core_init_park(ga_job *job, ga_call *call, ga_init *init)
 {
     ga_init_wait *w = ga_calloc(1, sizeof *w);
     if (!w) {
@@ -304,7 +304,7 @@ static bool all_registered(const ga_job *job, const ga_init *init)
 
 /* Runs again every parked init whose tensors are all registered now: each queues behind the
  * creating init's task, so it is answered once the tensors are ready. */
-static void wake_inits(ga_core *c, ga_job *job)
+void ga_core_inits_wake(ga_core *c, ga_job *job)
 {
     for (ga_init_wait **w = &job->init_waits; *w;) {
         if (!all_registered(job, (*w)->init)) {
@@ -386,8 +386,13 @@ static void init_received(ga_core *c, ga_call *call, ga_init *init)
         ga_core_rank_failed(job, init->rank, false, what);
     }
     if (st != GA_OK) goto refuse;
+    if (job->uplink && !job->relay_ready) { /* a relay's: parked until it holds the upstream version */
+        ga_core_relay_init(c, job, call, init);
+        ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
+        return;
+    }
     if (it->missing) {
-        park(job, call, init);
+        ga_core_init_park(job, call, init);
         ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
         return;
     }
@@ -408,7 +413,7 @@ static void init_received(ga_core *c, ga_call *call, ga_init *init)
     c->held_bytes += init->held_bytes;
     bool created = it->count > 0;
     ga_taskq_push(&job->tasks, &it->t);
-    if (created) wake_inits(c, job);
+    if (created) ga_core_inits_wake(c, job);
     return;
 refuse:
     ga_call_finish(call, NULL, st, "%s", why);

@@ -137,6 +137,25 @@ void ga_core_pulls_reclaim(ga_job *job, bool full);
 /* core_init.c: the parked awaiting inits (await_values) finished with st, or the one of call
  * as cancelled (false: not parked). */
 void ga_core_inits_end(ga_job *job, ga_status st, const char *why);
+/* Parks an init until its tensors exist (takes init), and runs again every parked init whose
+ * tensors are all registered now. */
+void ga_core_init_park(ga_job *job, ga_call *call, ga_init *init);
+void ga_core_inits_wake(ga_core *c, ga_job *job);
+
+/* A node relay's job (core_relay.c, relay.h). */
+/* After the first Join created the job: starts its upstream member. */
+ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why);
+/* An init of a relay job whose tensors do not hold the upstream version yet (checked whole,
+ * check_init): parked; the first that can (node 0: one with values; else any) starts the
+ * upstream init with its tensors, which are registered now. Takes init. */
+void ga_core_relay_init(ga_core *c, ga_job *job, ga_call *call, ga_init *init);
+/* A closed step's sums (out[0..n), taken) go upstream as the push of `weight` workers; the
+ * upstream's next version is published as version step + 1 when it comes back. */
+void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns);
+/* The job finished or failed: its upstream member leaves so (once). */
+void ga_core_relay_leave(ga_job *job);
+/* Before the job is destroyed: the uplink stops, without leaving (a restarted relay is the same member). */
+void ga_core_relay_detach(ga_job *job);
 bool ga_core_init_cancel(ga_core *c, ga_call *call);
 
 #endif

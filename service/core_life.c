@@ -29,6 +29,7 @@ void ga_core_job_check_finished(ga_job *job)
     if (!any) return;
     uint64_t now = uv_now(job->core->loop);
     job->finished_ms = now ? now : 1;
+    ga_core_relay_leave(job);
     ga_log(GA_LOG_INFO, "job '%s' finished at version %" PRIu64 ": every rank left; removed in %u s", job->name,
            job->version, job->core->opt.finished_retention_s);
 }

@@ -119,6 +119,11 @@ static void apply_done(ga_task *t)
     ga_job *job = a->job;
     job->apply_seconds += a->seconds;
     if (a->rc == GA_OK) lent_release(job); /* a failed apply may still hold them: kept with the job */
+    if (a->rc == GA_OK && job->fault == GA_OK && job->uplink) { /* a relay's sums go upstream first */
+        ga_core_relay_step(job, a->version - 1, a->contributors, a->out, a->ntensors, a->step_start_ns);
+        ga_free(a);
+        return;
+    }
     if (a->rc == GA_OK && job->fault == GA_OK) {
         for (size_t i = 0; i < a->ntensors; i++) {
             ga_published *old = &job->tensors[i].pub;

@@ -49,6 +49,7 @@ bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what
     /* Every waiting call is an incarnation's that was a member: each gets the failure now. */
     ga_core_pulls_end(job, GA_E_RANK_FAILED, job->rank_failure);
     ga_core_inits_end(job, GA_E_RANK_FAILED, job->rank_failure);
+    ga_core_relay_leave(job);
     return false;
 }
 

@@ -12,12 +12,14 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
+#include "relay.h"
 #include "stream_caps.h"
 
 struct ga_dispatch {
     ga_rpc_handlers handlers; /* ctx = this */
     ga_loop *loop;
     ga_core *core;
+    const ga_relay_options *relay; /* NULL: not a relay */
     ga_health *health;
     size_t max_stream_bytes;
     ga_stream_caps *caps;        /* streams open per client host and per job */
@@ -93,6 +95,14 @@ static void run_request(void *arg)
 {
     job *j = arg;
     ga_dispatch *d = j->d;
+    char why[160];
+    ga_status st = d->relay ? ga_relay_map_request(d->relay, j->method, j->payload, why, sizeof why) : GA_OK;
+    if (st != GA_OK) {
+        free_payload(j->method, j->payload);
+        ga_call_finish(j->call, NULL, st, "%s", why);
+        ga_free(j);
+        return;
+    }
     switch (j->method) {
     case GA_METHOD_JOIN: ga_core_join(d->core, j->call, j->payload); break;
     case GA_METHOD_LEAVE: ga_core_leave(d->core, j->call, j->payload); break;
@@ -126,7 +136,13 @@ static void run_cancel(void *arg)
 static void run_stream_check(void *arg)
 {
     stream_check *k = arg;
-    ga_core_stream_check(k->d->core, k->call, k->job, k->rank, k->incarnation);
+    char why[160];
+    uint32_t rank = k->rank;
+    ga_status st = k->d->relay ? ga_relay_map_rank(k->d->relay, &rank, why, sizeof why) : GA_OK;
+    if (st != GA_OK)
+        ga_call_refuse(k->call, st, "%s", why);
+    else
+        ga_core_stream_check(k->d->core, k->call, k->job, rank, k->incarnation);
     ga_call_release(k->call);
     ga_free(k->job);
     ga_free(k);
@@ -335,6 +351,8 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
     *out = d;
     return GA_OK;
 }
+
+void ga_dispatch_set_relay(ga_dispatch *d, const ga_relay_options *relay) { d->relay = relay; }
 
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth)
 {

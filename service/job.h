@@ -123,6 +123,15 @@ typedef struct ga_job {
     } *sending;
     size_t nsending, sending_cap;
     ga_init_wait *init_waits; /* parked awaiting inits, oldest first */
+    /* A node relay's job (relay.h, core_relay.c); uplink NULL otherwise. Every init is parked
+     * until the tensors hold the upstream version (relay_ready); a closed step's sums are held
+     * (relay_sums, relay_nsums) while the uplink pushes them and pulls the next version. */
+    struct ga_uplink *uplink;
+    bool relay_started, relay_ready;
+    ga_published *relay_sums;
+    size_t relay_nsums;
+    const float **relay_ptrs;
+    uint64_t relay_step_start_ns;
     ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];
     /* A rank failed (core_ranks.c): the incarnation each rank had then (0: none or gone), every

@@ -17,6 +17,7 @@
 #include "health.h"
 #include "log.h"
 #include "loop.h"
+#include "relay.h"
 #include "rpc.h"
 #include "security.h"
 
@@ -30,6 +31,7 @@ typedef enum phase {
 
 struct ga_server {
     ga_config cfg;
+    ga_relay_options relay; /* with cfg.relay_to: what the core and the dispatch relay (relay.h) */
     ga_security sec; /* read before the loop starts; the PEMs dropped once the transport has them */
     ga_loop *loop;
     uv_thread_t thread;
@@ -342,6 +344,15 @@ static ga_status set_shard(ga_server *s, int port)
     return GA_OK;
 }
 
+/* --relay-*: the relay's options, borrowing cfg's strings. */
+static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *why, size_t cap)
+{
+    *r = (ga_relay_options){.upstream = cfg->relay_to, .node = cfg->relay_node, .nodes = cfg->relay_nodes,
+                            .workers = cfg->relay_workers};
+    GA_CHECK(ga_relay_parse_codec(cfg->relay_codec, &r->codec, &r->params, why, cap));
+    return ga_relay_check(r, why, cap);
+}
+
 static void setup(void *arg)
 {
     ga_server *s = arg;
@@ -373,6 +384,10 @@ static void setup(void *arg)
     co.journal_copies = c->journal_copies;
     co.durability = c->durability;
     co.journal_fds = fd_budget(c);
+    if (c->relay_to[0]) { /* a relay keeps no journal: its workers push again (docs/relay.md) */
+        co.relay = &s->relay;
+        co.data_dir = NULL;
+    }
     GA_CHECK_GOTO(ga_core_create(&co, ga_loop_uv(s->loop), &s->core), st, fail);
     char why[320];
     st = ga_core_restore(s->core, why, sizeof why);
@@ -385,6 +400,7 @@ static void setup(void *arg)
                                      c->max_streams_per_client, c->max_streams_per_job, &s->dispatch), st,
                   fail);
     ga_dispatch_set_auth(s->dispatch, s->sec.auth);
+    if (c->relay_to[0]) ga_dispatch_set_relay(s->dispatch, &s->relay);
     GA_CHECK_GOTO(open_handles(s), st, fail);
     GA_CHECK_GOTO(start_admin(s, &admin_port), st, fail);
 
@@ -445,6 +461,11 @@ ga_status ga_server_start(const ga_config *cfg, ga_server **out)
     ga_server *s = ga_calloc(1, sizeof *s);
     if (!s) return GA_E_NOMEM;
     s->cfg = *cfg;
+    if (cfg->relay_to[0] && (st = relay_options(&s->cfg, &s->relay, why, sizeof why)) != GA_OK) {
+        ga_log(GA_LOG_ERROR, "%s", why);
+        ga_free(s);
+        return st;
+    }
     st = ga_security_load(cfg, &s->sec, why, sizeof why);
     if (st != GA_OK) {
         ga_log(GA_LOG_ERROR, "%s", why);

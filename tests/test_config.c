@@ -310,6 +310,11 @@ static void test_help_lists_every_row(void **state)
         {"--shard-count", "GRADAGG_SHARD_COUNT", NULL},
         {"--shard-index", "GRADAGG_SHARD_INDEX", NULL},
         {"--advertise-address", "GRADAGG_ADVERTISE_ADDRESS", NULL},
+        {"--relay-to", "GRADAGG_RELAY_TO", NULL},
+        {"--relay-node", "GRADAGG_RELAY_NODE", NULL},
+        {"--relay-nodes", "GRADAGG_RELAY_NODES", NULL},
+        {"--relay-workers", "GRADAGG_RELAY_WORKERS", NULL},
+        {"--relay-codec", "GRADAGG_RELAY_CODEC", "2bit[:threshold]"},
     };
     assert_int_equal(COUNT(expect), GA_CFG_KEYS);
     char *out = capture(help_to, NULL);

@@ -1,0 +1,264 @@
+/* A node relay's jobs (relay.h, docs/relay.md): the local job sums its workers' pushes (a REDUCE
+ * store without mean), and its uplink (uplink.h) takes each step's sums upstream and brings the
+ * upstream version back, which the job publishes to its workers as its own. Loop thread. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core_internal.h"
+#include "ga_alloc.h"
+#include "log.h"
+#include "relay.h"
+#include "uplink.h"
+
+static void uplink_done(void *arg, const ga_uplink_result *res);
+
+ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why)
+{
+    return ga_uplink_create(job->core->opt.relay, job->name, req->config, req->resume, job->core->loop, uplink_done,
+                            job, &job->uplink, why, GA_WHY_CAP);
+}
+
+/* ---- init ---- */
+
+/* The tensors an init names, in the order it first names them, and (with values) each one's
+ * values assembled from its chunks (check_init checked that they cover it once). */
+typedef struct init_specs {
+    ga_uplink_tensor *t;
+    float **values;
+    size_t n;
+} init_specs;
+
+static void specs_free(init_specs *s)
+{
+    for (size_t i = 0; s->values && i < s->n; i++) ga_free(s->values[i]);
+    ga_free(s->values), ga_free(s->t);
+}
+
+static long spec_find(const init_specs *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->t[i].name, name) == 0) return (long)i;
+    return -1;
+}
+
+static ga_status specs_of(const ga_init *init, bool values, init_specs *s)
+{
+    *s = (init_specs){ga_calloc(init->count + 1, sizeof *s->t), NULL, 0};
+    if (!s->t) return GA_E_NOMEM;
+    for (size_t i = 0; i < init->count; i++) {
+        const Gradagg__V1__InitChunk *ch = init->parts[i].chunk;
+        if (spec_find(s, ch->tensor) >= 0) continue;
+        uint64_t n = 1;
+        for (size_t d = 0; d < ch->n_shape; d++) n *= ch->shape[d];
+        s->t[s->n++] = (ga_uplink_tensor){ch->tensor, ch->shape, ch->n_shape, n};
+    }
+    if (!values) return GA_OK;
+    if (!(s->values = ga_calloc(s->n + 1, sizeof *s->values))) return GA_E_NOMEM;
+    for (size_t i = 0; i < s->n; i++)
+        if (!(s->values[i] = ga_calloc(s->t[i].elements ? s->t[i].elements : 1, sizeof(float)))) return GA_E_NOMEM;
+    for (size_t i = 0; i < init->count; i++) {
+        const Gradagg__V1__InitChunk *ch = init->parts[i].chunk;
+        if (ch->values.len) memcpy(s->values[spec_find(s, ch->tensor)] + ch->offset, ch->values.data, ch->values.len);
+    }
+    return GA_OK;
+}
+
+/* Starts the upstream init with the tensors of `init`, registering them in the job. */
+static ga_status start_upstream(ga_job *job, const ga_init *init, char *why)
+{
+    bool values = job->core->opt.relay->node == 0;
+    init_specs s;
+    ga_status st = specs_of(init, values, &s);
+    for (size_t i = 0; st == GA_OK && i < s.n; i++)
+        if (ga_job_tensor_add(job, s.t[i].name, s.t[i].shape, s.t[i].ndim, s.t[i].elements) < 0) st = GA_E_NOMEM;
+    if (st == GA_OK) st = ga_uplink_init(job->uplink, s.t, s.n, values ? (const float *const *)s.values : NULL);
+    specs_free(&s);
+    if (st != GA_OK) {
+        ga_job_tensor_truncate(job, 0);
+        snprintf(why, GA_WHY_CAP, "job '%s': starting the upstream init: %s", job->name, ga_strerror(st));
+        return st;
+    }
+    job->relay_started = true;
+    return GA_OK;
+}
+
+void ga_core_relay_init(ga_core *c, ga_job *job, ga_call *call, ga_init *init)
+{
+    /* Node 0 holds the job's rank 0, whose init carries the values the upstream job starts from;
+     * the other nodes await them upstream, so any init of theirs names the tensors. */
+    bool starts = !job->relay_started && (c->opt.relay->node != 0 || !init->await_values);
+    if (starts) {
+        char why[GA_WHY_CAP];
+        ga_status st = start_upstream(job, init, why);
+        if (st != GA_OK) {
+            ga_call_finish(call, NULL, st, "%s", why);
+            ga_init_free(init);
+            return;
+        }
+    }
+    ga_core_init_park(job, call, init);
+}
+
+/* The upstream version of the tensors: created in the store as their initial values. */
+typedef struct create_task {
+    ga_task t;
+    ga_job *job;
+    float *const *values; /* the uplink's: unchanged until its next command, which waits for this */
+    uint64_t version;
+    ga_published *pubs;
+    size_t created;
+    ga_status rc;
+} create_task;
+
+static void create_work(ga_task *t)
+{
+    create_task *ct = (create_task *)t;
+    ga_job *job = ct->job;
+    ct->rc = GA_OK;
+    for (size_t i = 0; i < job->ntensors && ct->rc == GA_OK; i++) {
+        uint32_t index;
+        ct->rc = ga_store_add_tensor(job->store, (size_t)job->tensors[i].elements, ct->values[i], &index, &ct->pubs[i]);
+        if (ct->rc == GA_OK) ct->created = i + 1;
+    }
+}
+
+static void create_done(ga_task *t)
+{
+    create_task *ct = (create_task *)t;
+    ga_job *job = ct->job;
+    for (size_t i = 0; i < ct->created; i++) {
+        job->tensors[i].pub = ct->pubs[i];
+        job->tensors[i].ready = true;
+    }
+    job->store_bytes = ga_store_bytes(job->store);
+    if (ct->rc != GA_OK) {
+        ga_core_job_fault(job, ct->rc, "creating the upstream version's tensors: %s", ga_strerror(ct->rc));
+    } else {
+        job->version = job->target = ct->version;
+        ga_step_open(&job->step, ct->version);
+        job->relay_ready = true;
+        ga_log(GA_LOG_INFO, "job '%s': relayed from version %" PRIu64 " upstream (%zu tensors)", job->name,
+               ct->version, job->ntensors);
+        ga_core_inits_wake(job->core, job);
+        ga_core_pulls_serve(job);
+    }
+    ga_free(ct->pubs);
+    ga_free(ct);
+}
+
+static void init_returned(ga_job *job, const ga_uplink_result *res)
+{
+    create_task *ct = ga_calloc(1, sizeof *ct);
+    ga_published *pubs = ga_calloc(job->ntensors + 1, sizeof *pubs);
+    if (!ct || !pubs) {
+        ga_free(ct), ga_free(pubs);
+        ga_core_job_fault(job, GA_E_NOMEM, "out of memory taking the upstream version");
+        return;
+    }
+    *ct = (create_task){.job = job, .values = res->params, .version = res->version, .pubs = pubs};
+    ct->t.work = create_work;
+    ct->t.done = create_done;
+    ga_taskq_push(&job->tasks, &ct->t);
+}
+
+/* ---- steps ---- */
+
+void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns)
+{
+    const float **ptrs = ga_calloc(n + 1, sizeof *ptrs);
+    ga_status st = ptrs ? GA_OK : GA_E_NOMEM;
+    if (st == GA_OK && job->relay_sums) st = GA_E_INVAL; /* the workers pull before they push: never */
+    for (size_t i = 0; st == GA_OK && i < n; i++) ptrs[i] = (const float *)out[i].full->data;
+    if (st == GA_OK) st = ga_uplink_step(job->uplink, step, weight, ptrs);
+    if (st != GA_OK) {
+        for (size_t i = 0; i < n; i++) ga_published_clear(&out[i]);
+        ga_free(out), ga_free(ptrs);
+        ga_core_job_fault(job, st, "relaying step %" PRIu64 " upstream: %s", step, ga_strerror(st));
+        return;
+    }
+    job->relay_sums = out;
+    job->relay_nsums = n;
+    job->relay_ptrs = ptrs;
+    job->relay_step_start_ns = start_ns;
+}
+
+static void sums_release(ga_job *job)
+{
+    for (size_t i = 0; i < job->relay_nsums; i++) ga_published_clear(&job->relay_sums[i]);
+    ga_free(job->relay_sums), ga_free(job->relay_ptrs);
+    job->relay_sums = NULL;
+    job->relay_ptrs = NULL;
+    job->relay_nsums = 0;
+}
+
+/* The upstream's next version: every tensor's values in a new blob, published as the job's. */
+static void step_returned(ga_job *job, const ga_uplink_result *res)
+{
+    ga_blob **full = ga_calloc(job->ntensors + 1, sizeof *full);
+    for (size_t i = 0; full && i < job->ntensors; i++) {
+        size_t bytes = (size_t)job->tensors[i].elements * sizeof(float);
+        if (!(full[i] = ga_blob_create(bytes))) break;
+        memcpy(full[i]->data, res->params[i], bytes);
+    }
+    if (!full || (job->ntensors && !full[job->ntensors - 1])) {
+        for (size_t i = 0; full && i < job->ntensors; i++) ga_blob_unref(full[i]);
+        ga_free(full);
+        ga_core_job_fault(job, GA_E_NOMEM, "out of memory taking upstream version %" PRIu64, res->version);
+        return;
+    }
+    for (size_t i = 0; i < job->ntensors; i++) {
+        ga_published *old = &job->tensors[i].pub;
+        size_t npieces = old->npieces;
+        ga_blob_retire(old->full, &job->core->pinned);
+        ga_published_clear(old);
+        old->full = full[i];
+        old->npieces = npieces;
+    }
+    ga_free(full);
+    job->version = res->version;
+    job->steps++;
+    if (job->relay_step_start_ns)
+        ga_histogram_observe(&job->step_seconds, (double)(uv_hrtime() - job->relay_step_start_ns) * 1e-9);
+    job->store_bytes = ga_store_bytes(job->store);
+    ga_core_pulls_serve(job);
+    ga_core_pulls_reclaim(job, false);
+}
+
+static void uplink_done(void *arg, const ga_uplink_result *res)
+{
+    ga_job *job = arg;
+    bool step = job->relay_sums != NULL;
+    if (res->st != GA_OK) {
+        if (step) sums_release(job);
+        ga_core_job_fault(job, res->st, "%s", res->why);
+        ga_core_relay_leave(job);
+        return;
+    }
+    if (step) {
+        sums_release(job);
+        if (job->fault == GA_OK) step_returned(job, res);
+    } else if (job->fault == GA_OK) {
+        init_returned(job, res);
+    }
+}
+
+/* ---- the end ---- */
+
+void ga_core_relay_leave(ga_job *job)
+{
+    if (!job->uplink) return;
+    const char *failure = job->fault != GA_OK ? job->fault_why : job->failed_incarnations ? job->rank_failure : NULL;
+    if (failure)
+        ga_uplink_leave(job->uplink, true, failure);
+    else if (job->finished_ms)
+        ga_uplink_leave(job->uplink, false, NULL);
+}
+
+void ga_core_relay_detach(ga_job *job)
+{
+    if (!job->uplink) return;
+    ga_uplink_destroy(job->uplink);
+    job->uplink = NULL;
+    sums_release(job);
+}

@@ -1,0 +1,340 @@
+/* The relay's upstream member: a thread running one SDK command at a time (uplink.h). */
+#include "uplink.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bundle.h"
+#include "ga_alloc.h"
+#include "gradagg.h"
+#include "job.h"
+
+typedef enum command { CMD_NONE, CMD_INIT, CMD_STEP, CMD_EXIT } command;
+
+typedef struct done_handle {
+    uv_async_t async;
+    struct ga_uplink *u; /* NULL once the uplink was destroyed */
+} done_handle;
+
+struct ga_uplink {
+    ga_client_options opt;
+    char *server, *job, *token;
+    ga_codec_id codec;
+    ga_codec_params params;
+    uint32_t node;
+    ga_client *client;
+    float **values; /* per tensor: the parameters the SDK pulls into */
+    size_t ntensors;
+    ga_uplink_tensor *tensors; /* the init's, copied */
+    uint64_t **shapes;
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    command cmd;  /* the next command (CMD_NONE: none) */
+    bool busy;    /* a command was handed and its result not yet taken by the loop */
+    bool orphan;  /* destroyed while busy: the thread frees everything when its command returns */
+    bool running; /* the thread runs a command or the leave */
+    bool leave, leave_failed, left;
+    char leave_reason[200];
+    uint64_t step;
+    uint32_t weight;
+    const float *const *sums;
+    bool await;
+
+    ga_status st; /* the result */
+    char why[512];
+    uint64_t version;
+
+    done_handle *done_h;
+    ga_uplink_done done;
+    void *arg;
+};
+
+/* ---- on the uplink's thread ---- */
+
+static ga_status fail(ga_uplink *u, ga_status st, const char *what)
+{
+    snprintf(u->why, sizeof u->why, "upstream %s: %s", what,
+             u->client ? ga_client_error(u->client) : "");
+    return st;
+}
+
+static ga_status run_init(ga_uplink *u)
+{
+    char msg[256];
+    ga_status st = ga_client_create(&u->opt, &u->client, msg, sizeof msg);
+    if (st != GA_OK) {
+        snprintf(u->why, sizeof u->why, "upstream join of '%s' at %s: %s", u->job, u->server, msg);
+        return st;
+    }
+    for (size_t i = 0; i < u->ntensors; i++) {
+        ga_tensor_options to = GA_TENSOR_OPTIONS_INIT;
+        to.codec = u->codec;
+        to.params = u->params;
+        int index;
+        st = ga_client_add_tensor(u->client, u->tensors[i].name, u->tensors[i].shape, (int)u->tensors[i].ndim,
+                                  u->values[i], &to, &index);
+        if (st != GA_OK) return fail(u, st, "add_tensor");
+    }
+    if ((st = ga_client_init(u->client)) != GA_OK) return fail(u, st, "init");
+    u->version = ga_client_version(u->client);
+    return GA_OK;
+}
+
+static ga_status run_step(ga_uplink *u)
+{
+    ga_status st = ga_client_set_push_weight(u->client, u->weight);
+    if (st == GA_OK) st = ga_client_step(u->client, (const float *const *)u->sums);
+    if (st != GA_OK) return fail(u, st, "step");
+    u->version = ga_client_version(u->client);
+    if (u->version != u->step + 1) {
+        snprintf(u->why, sizeof u->why,
+                 "upstream step %llu gave version %llu, not %llu: the node and the upstream job disagree on the step",
+                 (unsigned long long)u->step, (unsigned long long)u->version, (unsigned long long)u->step + 1);
+        return GA_E_VERSION;
+    }
+    return GA_OK;
+}
+
+/* The client leaves (failed or finished) and is freed. */
+static void run_leave(ga_uplink *u)
+{
+    if (!u->client) return;
+    if (u->leave_failed)
+        ga_client_destroy_failed(u->client, u->leave_reason);
+    else
+        ga_client_destroy(u->client);
+    u->client = NULL;
+}
+
+static void uplink_free(ga_uplink *u)
+{
+    ga_client_abandon(u->client);
+    for (size_t i = 0; i < u->ntensors; i++) {
+        ga_free(u->values[i]);
+        ga_free(u->shapes[i]);
+        ga_free((char *)u->tensors[i].name);
+    }
+    ga_free(u->values), ga_free(u->shapes), ga_free(u->tensors);
+    ga_free(u->server), ga_free(u->job), ga_free(u->token);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    ga_free(u);
+}
+
+static void *uplink_thread(void *arg)
+{
+    ga_uplink *u = arg;
+    pthread_mutex_lock(&u->mu);
+    for (;;) {
+        while (u->cmd == CMD_NONE && !(u->leave && !u->left)) pthread_cond_wait(&u->cv, &u->mu);
+        command cmd = u->cmd;
+        if (cmd == CMD_EXIT) break;
+        u->running = true;
+        pthread_mutex_unlock(&u->mu);
+        ga_status st = GA_OK;
+        if (cmd == CMD_NONE) { /* the leave, once no command runs */
+            run_leave(u);
+        } else {
+            u->why[0] = '\0';
+            st = cmd == CMD_INIT ? run_init(u) : run_step(u);
+        }
+        pthread_mutex_lock(&u->mu);
+        u->running = false;
+        if (cmd == CMD_NONE) {
+            u->left = true;
+        } else {
+            u->st = st;
+            u->cmd = CMD_NONE;
+        }
+        if (u->orphan) break;
+        if (cmd != CMD_NONE) uv_async_send(&u->done_h->async);
+    }
+    bool orphan = u->orphan;
+    pthread_mutex_unlock(&u->mu);
+    if (orphan) {
+        pthread_detach(u->thread);
+        uplink_free(u);
+    }
+    return NULL;
+}
+
+/* ---- on the loop thread ---- */
+
+static void on_done(uv_async_t *a)
+{
+    done_handle *h = a->data;
+    ga_uplink *u = h->u;
+    if (!u) return;
+    pthread_mutex_lock(&u->mu);
+    bool ready = u->busy && u->cmd == CMD_NONE;
+    pthread_mutex_unlock(&u->mu);
+    if (!ready) return;
+    ga_uplink_result res = {u->st, u->why, u->version, u->values};
+    u->busy = false;
+    u->done(u->arg, &res);
+}
+
+static void handle_closed(uv_handle_t *h) { ga_free(h->data); }
+
+/* A stable incarnation: the job's and the node's (never 0). */
+static uint64_t incarnation_of(const char *job, uint32_t node)
+{
+    char text[300];
+    snprintf(text, sizeof text, "gradagg-relay/%s/%u", job, node);
+    uint64_t h = ga_job_name_hash(text);
+    return h ? h : 1;
+}
+
+static void options_from(ga_uplink *u, const ga_relay_options *r, const Gradagg__V1__JobConfig *cfg, bool resume)
+{
+    static const Gradagg__V1__Optimizer no_optim = GRADAGG__V1__OPTIMIZER__INIT;
+    static const Gradagg__V1__Straggler no_straggler = GRADAGG__V1__STRAGGLER__INIT;
+    const Gradagg__V1__Optimizer *o = cfg->optimizer ? cfg->optimizer : &no_optim;
+    const Gradagg__V1__Straggler *s = cfg->straggler ? cfg->straggler : &no_straggler;
+    ga_client_options opt = GA_CLIENT_OPTIONS_INIT;
+    opt.server = u->server;
+    opt.job = u->job;
+    opt.rank = r->node;
+    opt.world_size = r->nodes;
+    opt.incarnation = incarnation_of(u->job, r->node);
+    opt.mode = GA_MODE_SYNC;
+    opt.mean = cfg->reduce == GRADAGG__V1__REDUCE__REDUCE_MEAN;
+    switch (o->kind) {
+    case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_SGD: opt.optimizer = GA_SERVER_OPTIM_SGD; break;
+    case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_ADAM: opt.optimizer = GA_SERVER_OPTIM_ADAM; break;
+    case GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_REDUCE: opt.optimizer = GA_SERVER_OPTIM_REDUCE; break;
+    default: opt.optimizer = GA_SERVER_OPTIM_NONE; break;
+    }
+    opt.sgd = (ga_sgd_params){o->lr, o->momentum, o->weight_decay, o->nesterov != 0};
+    opt.adam = (ga_adam_params){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->decoupled != 0};
+    opt.deadline_ms = s->deadline_ms;
+    opt.quorum = s->deadline_ms ? ga_relay_upstream_quorum(r, s->quorum ? s->quorum : cfg->world_size) : 0;
+    char why[128];
+    if (cfg->pull_codec && ga_codec_from_wire(cfg->pull_codec, "pull_codec", &opt.pull_codec, &opt.pull_params, why,
+                                              sizeof why) != GA_OK)
+        opt.pull_codec = GA_CODEC_NONE; /* the local job's create checked it already */
+    opt.pull_auto_bits = cfg->pull_auto_bits;
+    opt.resume = resume;
+    opt.auth_token = u->token;
+    if (r->step_timeout_ms) opt.step_timeout_ms = r->step_timeout_ms;
+    u->opt = opt;
+}
+
+ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gradagg__V1__JobConfig *cfg, bool resume,
+                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap)
+{
+    ga_uplink *u = ga_calloc(1, sizeof *u);
+    done_handle *h = ga_calloc(1, sizeof *h);
+    if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job)) ||
+        (r->auth_token && !(u->token = ga_strdup(r->auth_token)))) {
+        if (u) ga_free(u->server), ga_free(u->job), ga_free(u->token);
+        ga_free(u), ga_free(h);
+        return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating the uplink of job '%s'", job);
+    }
+    options_from(u, r, cfg, resume);
+    u->codec = r->codec;
+    u->params = r->params;
+    u->node = r->node;
+    u->done = done;
+    u->arg = arg;
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
+    uv_async_init(loop, &h->async, on_done);
+    h->async.data = h;
+    h->u = u;
+    u->done_h = h;
+    if (pthread_create(&u->thread, NULL, uplink_thread, u) != 0) {
+        h->u = NULL;
+        uv_close((uv_handle_t *)&h->async, handle_closed);
+        u->done_h = NULL;
+        ga_free(u->server), ga_free(u->job), ga_free(u->token);
+        pthread_mutex_destroy(&u->mu);
+        pthread_cond_destroy(&u->cv);
+        ga_free(u);
+        return ga_status_fail(GA_E_NOMEM, why, cap, "cannot start the uplink thread of job '%s'", job);
+    }
+    *out = u;
+    return GA_OK;
+}
+
+static ga_status hand(ga_uplink *u, command cmd)
+{
+    pthread_mutex_lock(&u->mu);
+    bool refused = u->busy || u->leave;
+    if (!refused) {
+        u->busy = true;
+        u->cmd = cmd;
+        pthread_cond_signal(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    return refused ? GA_E_INVAL : GA_OK;
+}
+
+ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, const float *const *values)
+{
+    if (u->busy || u->tensors) return GA_E_INVAL;
+    u->tensors = ga_calloc(n + 1, sizeof *u->tensors);
+    u->values = ga_calloc(n + 1, sizeof *u->values);
+    u->shapes = ga_calloc(n + 1, sizeof *u->shapes);
+    if (!u->tensors || !u->values || !u->shapes) return GA_E_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        u->ntensors = i + 1;
+        u->tensors[i] = t[i];
+        u->tensors[i].name = ga_strdup(t[i].name);
+        u->shapes[i] = ga_malloc(t[i].ndim * sizeof *u->shapes[i]);
+        u->values[i] = ga_calloc(t[i].elements ? t[i].elements : 1, sizeof(float));
+        if (!u->tensors[i].name || !u->shapes[i] || !u->values[i]) return GA_E_NOMEM;
+        memcpy(u->shapes[i], t[i].shape, t[i].ndim * sizeof *u->shapes[i]);
+        u->tensors[i].shape = u->shapes[i];
+        if (values) memcpy(u->values[i], values[i], t[i].elements * sizeof(float));
+    }
+    u->await = values == NULL;
+    /* Only the upstream's rank 0 sends values (the SDK): node 0, which holds the job's rank 0. */
+    return hand(u, CMD_INIT);
+}
+
+ga_status ga_uplink_step(ga_uplink *u, uint64_t step, uint32_t weight, const float *const *sums)
+{
+    if (u->busy) return GA_E_INVAL;
+    u->step = step;
+    u->weight = weight;
+    u->sums = sums;
+    return hand(u, CMD_STEP);
+}
+
+void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason)
+{
+    pthread_mutex_lock(&u->mu);
+    if (!u->leave) {
+        u->leave = true;
+        u->leave_failed = failed;
+        snprintf(u->leave_reason, sizeof u->leave_reason, "%s", reason ? reason : "");
+        pthread_cond_signal(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+}
+
+bool ga_uplink_busy(const ga_uplink *u) { return u->busy; }
+
+void ga_uplink_destroy(ga_uplink *u)
+{
+    if (!u) return;
+    done_handle *h = u->done_h;
+    h->u = NULL;
+    pthread_mutex_lock(&u->mu);
+    bool running = u->running || u->cmd != CMD_NONE || (u->leave && !u->left);
+    if (running) {
+        u->orphan = true; /* checked under the lock before every send: none follows the close */
+    } else {
+        u->cmd = CMD_EXIT;
+        pthread_cond_signal(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    uv_close((uv_handle_t *)&h->async, handle_closed);
+    if (running) return; /* the thread frees u when its command returns */
+    pthread_join(u->thread, NULL);
+    uplink_free(u);
+}

@@ -1,0 +1,60 @@
+/* A relay's member of the upstream job (relay.h, docs/relay.md): one thread per relayed job
+ * that drives a C SDK client, so the loop never waits on the upstream network. The loop hands
+ * it one command at a time (init, then one step per local step, and at the end a leave) and
+ * gets each result back on the loop thread through `done`. What the node does not send of its
+ * sum stays in the SDK's error-feedback residual, as in any worker. */
+#ifndef GA_UPLINK_H
+#define GA_UPLINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "ga_methods.h"
+#include "ga_status.h"
+#include "relay.h"
+
+typedef struct ga_uplink ga_uplink;
+
+typedef struct ga_uplink_tensor {
+    const char *name;
+    const uint64_t *shape;
+    size_t ndim;
+    uint64_t elements;
+} ga_uplink_tensor;
+
+typedef struct ga_uplink_result {
+    ga_status st;
+    const char *why;      /* with an error: what failed */
+    uint64_t version;     /* the upstream version params hold */
+    float *const *params; /* per tensor, the upstream's published copy; owned by the uplink, valid in done */
+} ga_uplink_result;
+
+/* Loop thread: the result of the last command. */
+typedef void (*ga_uplink_done)(void *arg, const ga_uplink_result *res);
+
+/* For job `job` (copied) of config cfg (the workers', read at the call): the upstream member
+ * is rank r->node of r->nodes with the job's optimizer, mean, pull codec and deadline, a quorum
+ * of ga_relay_upstream_quorum, and an incarnation derived from the job and the node, so a relay
+ * restarted in place is the same member. Starts the thread; nothing is sent yet. */
+ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gradagg__V1__JobConfig *cfg, bool resume,
+                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap);
+/* Joins upstream, registers the tensors (copied) and inits: values (node 0: each tensor's
+ * initial values, copied) or NULL (await node 0's), then pulls the current version. done gets
+ * it. GA_E_INVAL (nothing started) while a command runs. */
+ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, const float *const *values);
+/* Pushes sums (each tensor's sum of the node's step `step`, borrowed until done) as the push of
+ * `weight` workers with the relay's codec, and pulls the next version. done gets it; a version
+ * other than step + 1 is an error. GA_E_INVAL while a command runs. */
+ga_status ga_uplink_step(ga_uplink *u, uint64_t step, uint32_t weight, const float *const *sums);
+/* Leaves upstream once the running command (if any) returned: as failed with `reason`, or as
+ * finished. No done. Once; later commands are refused. */
+void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason);
+/* A command runs. */
+bool ga_uplink_busy(const ga_uplink *u);
+/* Stops the thread without leaving (the member stays: a relay restarted in place takes it
+ * back). A command still running finishes on its own and its result is dropped. Loop thread. */
+void ga_uplink_destroy(ga_uplink *u);
+
+#endif
