@@ -1,0 +1,235 @@
+"""Node relays (docs/relay.md): W = 8 workers as 2 nodes x 4, each node's workers joined to its
+relay (gradagg-server --relay-to), the relays to one upstream server. Every worker ends with the
+exact float32 result of the scalar model of that aggregation (each node's sum in rank order,
+pushed with the relay's codec and residual, the upstream mean over the workers), whatever the
+arrival order; through a relay killed and restarted mid-step, and a worker SIGKILLed inside a
+node; and what a relay refuses. Real servers on 127.0.0.1:0."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+import gradagg
+from conftest import Server
+from _util import F32, FAST, regression_data, regression_grads, regression_init, run_ranks
+from test_cli import cli_json
+
+NODES, K = 2, 4
+W = NODES * K
+LR = 0.1
+Params = Tuple[np.ndarray, np.ndarray]
+
+
+class Layout:
+    """An upstream server and one relay per node, stopped at teardown."""
+
+    def __init__(self, tmp: Path, *relay_args: str) -> None:
+        binary = gradagg._lib.server_binary()
+        (tmp / "up").mkdir()
+        self.up = Server(binary, tmp / "up")
+        self.relays: List[Server] = []
+        for n in range(NODES):
+            (tmp / f"node{n}").mkdir()
+            self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", self.up.addr, "--relay-node", str(n),
+                                      "--relay-nodes", str(NODES), "--relay-workers", str(K), *relay_args))
+
+    def relay_of(self, rank: int) -> Server:
+        return self.relays[rank // K]
+
+    def stop(self) -> None:
+        for s in self.relays + [self.up]:
+            s.stop()
+
+
+@pytest.fixture
+def layout(tmp_path: Path, request: pytest.FixtureRequest):
+    lay = Layout(tmp_path, *getattr(request, "param", ()))
+    yield lay
+    lay.stop()
+
+
+def quantize_2bit(residual: np.ndarray, g: np.ndarray, t: float) -> np.ndarray:
+    """The SDK's 2bit error feedback (kernels/codec_math.h): v = r + g is sent as +-t when
+    |v| >= t, and what is sent leaves the residual. Updates residual; returns what was sent."""
+    v = (residual + g).astype(F32)
+    sent = np.where(v >= F32(t), F32(t), np.where(v <= F32(-t), F32(-t), F32(0))).astype(F32)
+    residual[...] = np.where(sent != 0, v - sent, v)
+    return sent
+
+
+def scalar_model(steps: int, members: Sequence[Sequence[int]], worker_codec: str = "none",
+                 relay_codec: str = "none", threshold: float = 0.0) -> Params:
+    """members[s]: the ranks whose gradients step s sums. Each node sums its members' decoded
+    pushes in rank order; the node's push is its sum, or the relay's 2bit of it with the relay's
+    residual; upstream sums the nodes in order and the mean divides by the workers summed."""
+    data = [regression_data(r) for r in range(W)]
+    w, b = regression_init()
+    residual = [[np.zeros_like(w), np.zeros_like(b)] for _ in range(NODES)]
+    for s in range(steps):
+        total = [np.zeros_like(w), np.zeros_like(b)]
+        for n in range(NODES):
+            node = [np.zeros_like(w), np.zeros_like(b)]
+            for r in range(n * K, (n + 1) * K):
+                if r not in members[s]:
+                    continue
+                for i, g in enumerate(regression_grads(w, b, *data[r])):
+                    if worker_codec == "fp16":
+                        g = g.astype(np.float16).astype(F32)
+                    node[i] = (node[i] + g).astype(F32)
+            for i in range(2):
+                sent = node[i] if relay_codec == "none" else quantize_2bit(residual[n][i], node[i], threshold)
+                total[i] = (total[i] + sent).astype(F32)
+        scale = F32(1.0 / len(members[s]))
+        w = (w - F32(LR) * (total[0] * scale)).astype(F32)
+        b = (b - F32(LR) * (total[1] * scale)).astype(F32)
+    return w, b
+
+
+def train(lay: Layout, job: str, rank: int, steps: int, codec: str = "none", jitter: float = 0.0,
+          before_step=None) -> Tuple[np.ndarray, np.ndarray, int]:
+    w, b = regression_init()
+    x, y = regression_data(rank)
+    rng = random.Random(rank)
+    with gradagg.Client(lay.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
+                        **FAST) as c:
+        c.add_tensor("w", w, codec=codec)
+        c.add_tensor("b", b, codec=codec)
+        c.init()
+        for s in range(steps):
+            if before_step:
+                before_step(rank, s)
+            if jitter:
+                time.sleep(rng.uniform(0, jitter))
+            c.step(regression_grads(w, b, x, y))
+        return w, b, c.version
+
+
+def assert_all_equal(out: Sequence[Tuple[np.ndarray, np.ndarray, int]], want: Params, version: int) -> None:
+    for r, (w, b, v) in enumerate(out):
+        assert v == version, f"rank {r} at version {v}"
+        np.testing.assert_array_equal(w, want[0], err_msg=f"rank {r}")
+        np.testing.assert_array_equal(b, want[1], err_msg=f"rank {r}")
+
+
+STEPS = 12
+
+
+@pytest.mark.parametrize("layout, worker_codec, relay_codec", [
+    ((), "none", "none"),
+    (("--relay-codec", "2bit:0.05"), "fp16", "2bit"),
+], indirect=["layout"], ids=["none-none", "fp16-2bit"])
+def test_two_relays_of_four_equal_the_scalar_model(layout: Layout, job: str, worker_codec: str,
+                                                   relay_codec: str) -> None:
+    """Random arrival order inside each node; every worker ends with the model's exact bits, and
+    the upstream job saw two members, each pushing the node's sum once per step."""
+    out = run_ranks(lambda r: train(layout, job, r, STEPS, worker_codec, jitter=0.01), W, timeout=120)
+    want = scalar_model(STEPS, [range(W)] * STEPS, worker_codec, relay_codec, 0.05)
+    assert_all_equal(out, want, STEPS)
+    rc, doc = cli_json("--server", layout.up.addr, "status", job)
+    assert rc == 0, doc
+    status = doc["shards"][0]
+    assert status["world_size"] == NODES and len(status["members"]) == NODES, status
+    if relay_codec == "2bit":  # the cross-node pushes were 2bit: 16x smaller than fp32
+        received = {c["codec"]: c for c in status["received"]}
+        assert set(received) == {"2bit"}, received
+
+
+def test_a_relay_restarted_mid_step_loses_nothing(layout: Layout, job: str) -> None:
+    """Node 1's relay is SIGKILLed while its step 5 holds ranks 4 and 5's acknowledged pushes
+    and not 6 and 7's, and started again on its address. Its workers join it again and push
+    again (the SDK), the relay takes the upstream version back as the same member, and every
+    worker ends with the scalar model's exact bits: no push lost, none counted twice."""
+    KILL_AT = 5
+    late = threading.Event()
+    pushed: Dict[int, float] = {}
+
+    def before_step(rank: int, s: int) -> None:
+        if s == KILL_AT and rank in (6, 7):
+            assert late.wait(60)
+        if s == KILL_AT and rank in (4, 5):
+            pushed[rank] = time.monotonic()
+
+    results: List = []
+    t = threading.Thread(target=lambda: results.append(
+        run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step), W, timeout=120)))
+    t.start()
+    relay = layout.relays[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the relay holds both pushes of step 5
+        rc, doc = cli_json("--server", relay.addr, "status", job)
+        held = doc["shards"][0] if rc == 0 else {}
+        if held.get("open_step") == KILL_AT and held.get("committed") == 2:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"relay never held 2 commits of step {KILL_AT}: {doc}")
+    relay.stop()
+    layout.relays[1] = relay.restart()
+    late.set()
+    t.join(150)
+    assert results, "the workers did not finish"
+    assert_all_equal(results[0], scalar_model(STEPS, [range(W)] * STEPS), STEPS)
+
+
+def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -> None:
+    """Rank 7 (node 1) is SIGKILLed after 4 steps. With deadline 3 s and quorum 6 of 8 the node's
+    relay closes its steps without it (quorum ceil(6 * 4 / 8) = 3 of its 4) and pushes the sum of
+    3 workers: the upstream mean divides by 7 from then on, as the scalar model."""
+    LOST_AT, deadline, quorum = 4, 3000, 6
+    env = dict(os.environ)
+    if env.get("GRADAGG_PACKAGE") != "installed":  # else the installed package
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "relay_worker.py"), "--server", layout.relay_of(7).addr,
+         "--job", job, "--rank", "7", "--world", str(W), "--steps", str(LOST_AT), "--lr", str(LR),
+         "--deadline-ms", str(deadline), "--quorum", str(quorum)],
+        stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=env)
+    try:
+        def body(rank: int):
+            w, b = regression_init()
+            x, y = regression_data(rank)
+            with gradagg.Client(layout.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
+                                deadline_ms=deadline, quorum=quorum, **FAST) as c:
+                c.add_tensor("w", w)
+                c.add_tensor("b", b)
+                c.init()
+                for s in range(STEPS):
+                    if s == LOST_AT and rank == 0:
+                        assert worker.stdout is not None
+                        line = worker.stdout.readline()
+                        assert line.strip() == f"done {LOST_AT}", line
+                        worker.kill()
+                    c.step(regression_grads(w, b, x, y))
+                return w, b, c.version
+
+        out = run_ranks(body, W - 1, timeout=120)
+    finally:
+        worker.kill()
+        worker.wait()
+    members = [range(W)] * LOST_AT + [range(W - 1)] * (STEPS - LOST_AT)
+    assert_all_equal(out, scalar_model(STEPS, members), STEPS)
+
+
+def test_what_a_relay_refuses(layout: Layout, job: str) -> None:
+    """A rank of another node, an elastic rank, an async job, a world size that is not nodes x
+    workers: each refused with its own status and message; the relay still serves its node."""
+    addr = layout.relays[0].addr
+    with pytest.raises(gradagg.errors.RankError, match="not on this node: its relay serves ranks 0..3"):
+        gradagg.Client(addr, job, 5, W, **FAST)
+    with pytest.raises(gradagg.errors.ConfigError, match="elastic"):
+        gradagg.Client(addr, job, "any", W, min_world_size=2, **FAST)
+    with pytest.raises(gradagg.errors.ConfigError, match="async"):
+        gradagg.Client(addr, job + "a", 0, W, mode="async", **FAST)
+    with pytest.raises(gradagg.errors.ConfigError, match="world_size 4 is not this relay's 2 nodes x 4 workers"):
+        gradagg.Client(addr, job + "w", 0, 4, **FAST)
+    out = run_ranks(lambda r: train(layout, job, r, 2), W, timeout=60)
+    assert_all_equal(out, scalar_model(2, [range(W)] * 2), 2)
