@@ -157,6 +157,38 @@ void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap)
     protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
 }
 
+static ga_status clear_error(ga_client *c);
+
+ga_status ga_client_committed_step(ga_client *c, bool *any, uint64_t *step)
+{
+    if (!c || !any || !step || ga_client_in_flight(c)) return GA_E_INVAL;
+    *any = true;
+    *step = UINT64_MAX;
+    for (uint32_t i = 0; i < c->nshards; i++) {
+        ga_shard *sh = &c->shards[i];
+        if (!sh->used) continue;
+        Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
+        req.job = sh->job;
+        ProtobufCMessage *msg = NULL;
+        char why[200];
+        ga_status st = ga_call_unary(sh->ch, GA_METHOD_STATUS, &req.base, c->opt.call_timeout_ms, &msg, why, sizeof why);
+        if (st != GA_OK) return ga_client_fail(c, st, "committed step: status of '%s' at %s: %s", sh->job, sh->addr, why);
+        const Gradagg__V1__StatusResponse *r = (const Gradagg__V1__StatusResponse *)msg;
+        bool found = false;
+        for (size_t k = 0; k < r->n_members; k++) {
+            const Gradagg__V1__MemberStatus *m = r->members[k];
+            if (m->rank != c->opt.rank) continue;
+            found = true;
+            if (!m->has_pushed) *any = false;
+            else if (m->last_step < *step) *step = m->last_step;
+        }
+        if (!found) *any = false;
+        protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
+    }
+    if (!*any) *step = 0;
+    return clear_error(c);
+}
+
 ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap)
 {
     Gradagg__V1__JoinResponse *resp = NULL;
@@ -613,6 +645,11 @@ static void tensor_free(ga_tensor *t)
     ga_free(t->u);
     ga_free(t->buf);
     ga_free(t->parts);
+}
+
+void ga_client_set_successor(ga_client *c)
+{
+    if (c) c->successor = true;
 }
 
 void ga_client_abandon(ga_client *c)

@@ -148,6 +148,7 @@ struct ga_client {
     bool has_lr;           /* ga_client_set_lr was called: pushes carry lr */
     float lr;
     bool abandoned;        /* ga_client_abandon: destroy without a Leave */
+    bool successor;        /* ga_client_set_successor: a duplicate ack counts these gradients */
     uint32_t push_weight;  /* ga_client_set_push_weight: the workers each push sums; 0 = 1 */
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */

@@ -248,6 +248,11 @@ void ga_client_destroy_failed(ga_client *c, const char *reason);
  * a process joins again as the same incarnation). For a member that is restarted as itself, a
  * node relay's (docs/relay.md). NULL is a no-op. */
 void ga_client_abandon(ga_client *c);
+/* This client continues a process that was the same member (the same incarnation, abandoned)
+ * and pushed the same gradients: a push the server acknowledges as a duplicate was counted with
+ * that process's bytes, so it does not travel with the next step (as it would for a client
+ * whose own earlier call's answer was lost). A node relay's (docs/relay.md). Before the steps. */
+void ga_client_set_successor(ga_client *c);
 /* Deletes the job opt names on every shard (and lane) of opt.server: its parameters, journal,
  * checkpoints and metric series (the DeleteJob RPC; a token, with TLS, as opt gives). Refused
  * (GA_E_RANK_HELD, naming the rank) while a rank of it is live; GA_E_UNKNOWN_JOB when no shard
@@ -353,6 +358,11 @@ size_t ga_client_abi_layout(const char *type, const char *field);
 
 /* Parameter version held in the buffers. */
 uint64_t ga_client_version(const ga_client *c);
+/* The newest step this rank has committed, as the servers know it now (a Status of the job on
+ * every shard this client uses; with several shards, the oldest of theirs): *any false when
+ * some shard holds no push of it. For a member restarted as itself (a node relay's, docs/relay.md)
+ * that must tell which of its steps were counted. Errors: the Status call's. */
+ga_status ga_client_committed_step(ga_client *c, bool *any, uint64_t *step);
 /* The rank this client joined as: options.rank, or the one the server picked for GA_RANK_ANY. */
 uint32_t ga_client_rank(const ga_client *c);
 /* The message of the last error ("" when none). Valid until the next call on c. */

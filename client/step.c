@@ -82,8 +82,9 @@ static ga_status push_then_pull(ga_client *c, ga_shard *sh)
         sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
         if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
         /* The server had this step already, from an earlier call whose answer was lost: these
-         * gradients were not counted, so they travel with the next step, as a straggler's do. */
-        sh->late = sh->stale_ack;
+         * gradients were not counted, so they travel with the next step, as a straggler's do;
+         * a successor's were (ga_client_set_successor). */
+        sh->late = sh->stale_ack && !c->successor;
         if (c->opt.mode == GA_MODE_SYNC && c->opt.staleness > 0 && !sh->late) {
             sh->want = stale_want(c, sh);
             if (sh->want == 0) { /* it holds a version recent enough, and no newer one exists */

@@ -152,6 +152,9 @@ void ga_core_relay_init(ga_core *c, ga_job *job, ga_call *call, ga_init *init);
 /* A closed step's sums (out[0..n), taken) go upstream as the push of `weight` workers; the
  * upstream's next version is published as version step + 1 when it comes back. */
 void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns);
+/* A push of `step`, before the open one and not committed here, reached the upstream sum
+ * through this node before the relay restarted: a duplicate (docs/relay.md, "Restart"). */
+bool ga_core_relay_counted(const ga_job *job, uint64_t step);
 /* The job finished or failed: its upstream member leaves so (once). */
 void ga_core_relay_leave(ga_job *job);
 /* Before the job is destroyed: the uplink stops, without leaving (a restarted relay is the same member). */

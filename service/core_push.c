@@ -482,7 +482,7 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     ga_step *s = &job->step;
     ga_member *m = &job->members[push->rank];
     if (push->step < s->step) {
-        if (committed_before(m, push->step)) {
+        if (committed_before(m, push->step) || ga_core_relay_counted(job, push->step)) {
             job->duplicate_pushes++;
             ack(call, push->step, true, job->version);
         } else {

@@ -106,6 +106,8 @@ typedef struct create_task {
     ga_job *job;
     float *const *values; /* the uplink's: unchanged until its next command, which waits for this */
     uint64_t version;
+    bool counted;
+    uint64_t counted_step;
     ga_published *pubs;
     size_t created;
     ga_status rc;
@@ -137,6 +139,9 @@ static void create_done(ga_task *t)
     } else {
         job->version = job->target = ct->version;
         ga_step_open(&job->step, ct->version);
+        job->relay_first_step = ct->version;
+        job->relay_counted = ct->counted;
+        job->relay_counted_step = ct->counted_step;
         job->relay_ready = true;
         ga_log(GA_LOG_INFO, "job '%s': relayed from version %" PRIu64 " upstream (%zu tensors)", job->name,
                ct->version, job->ntensors);
@@ -156,13 +161,19 @@ static void init_returned(ga_job *job, const ga_uplink_result *res)
         ga_core_job_fault(job, GA_E_NOMEM, "out of memory taking the upstream version");
         return;
     }
-    *ct = (create_task){.job = job, .values = res->params, .version = res->version, .pubs = pubs};
+    *ct = (create_task){.job = job, .values = res->params, .version = res->version, .counted = res->counted,
+                        .counted_step = res->counted_step, .pubs = pubs};
     ct->t.work = create_work;
     ct->t.done = create_done;
     ga_taskq_push(&job->tasks, &ct->t);
 }
 
 /* ---- steps ---- */
+
+bool ga_core_relay_counted(const ga_job *job, uint64_t step)
+{
+    return job->uplink && step < job->relay_first_step && job->relay_counted && step <= job->relay_counted_step;
+}
 
 void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns)
 {

@@ -132,6 +132,12 @@ typedef struct ga_job {
     size_t relay_nsums;
     const float **relay_ptrs;
     uint64_t relay_step_start_ns;
+    /* The step the relay's job opened at, and whether (counted) the steps before it up to
+     * relay_counted_step reached the upstream sum through this node (a relay restarted after
+     * its push): a worker's push again of such a step is a duplicate, not a late push. */
+    uint64_t relay_first_step;
+    bool relay_counted;
+    uint64_t relay_counted_step;
     ga_status fault;     /* a store call failed: the job refuses further work */
     char fault_why[320];
     /* A rank failed (core_ranks.c): the incarnation each rank had then (0: none or gone), every

@@ -46,6 +46,8 @@ struct ga_uplink {
     ga_status st; /* the result */
     char why[512];
     uint64_t version;
+    bool counted;
+    uint64_t counted_step;
 
     done_handle *done_h;
     ga_uplink_done done;
@@ -78,8 +80,12 @@ static ga_status run_init(ga_uplink *u)
                                   u->values[i], &to, &index);
         if (st != GA_OK) return fail(u, st, "add_tensor");
     }
+    /* A relay restarted in place pushes its node's sum of a step again: counted once upstream. */
+    ga_client_set_successor(u->client);
     if ((st = ga_client_init(u->client)) != GA_OK) return fail(u, st, "init");
     u->version = ga_client_version(u->client);
+    if ((st = ga_client_committed_step(u->client, &u->counted, &u->counted_step)) != GA_OK)
+        return fail(u, st, "status");
     return GA_OK;
 }
 
@@ -172,7 +178,8 @@ static void on_done(uv_async_t *a)
     bool ready = u->busy && u->cmd == CMD_NONE;
     pthread_mutex_unlock(&u->mu);
     if (!ready) return;
-    ga_uplink_result res = {u->st, u->why, u->version, u->values};
+    ga_uplink_result res = {.st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
+                            .counted_step = u->counted_step, .params = u->values};
     u->busy = false;
     u->done(u->arg, &res);
 }

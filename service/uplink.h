@@ -28,6 +28,10 @@ typedef struct ga_uplink_result {
     ga_status st;
     const char *why;      /* with an error: what failed */
     uint64_t version;     /* the upstream version params hold */
+    /* After an init: the newest step this member had committed upstream (counted false: none),
+     * so a restarted relay knows which of its workers' steps reached the upstream sum. */
+    bool counted;
+    uint64_t counted_step;
     float *const *params; /* per tensor, the upstream's published copy; owned by the uplink, valid in done */
 } ga_uplink_result;
 
@@ -41,8 +45,8 @@ typedef void (*ga_uplink_done)(void *arg, const ga_uplink_result *res);
 ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gradagg__V1__JobConfig *cfg, bool resume,
                            uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap);
 /* Joins upstream, registers the tensors (copied) and inits: values (node 0: each tensor's
- * initial values, copied) or NULL (await node 0's), then pulls the current version. done gets
- * it. GA_E_INVAL (nothing started) while a command runs. */
+ * initial values, copied) or NULL (await node 0's), then pulls the current version and asks
+ * which step this member committed last. done gets both. GA_E_INVAL (nothing started) while a command runs. */
 ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, const float *const *values);
 /* Pushes sums (each tensor's sum of the node's step `step`, borrowed until done) as the push of
  * `weight` workers with the relay's codec, and pulls the next version. done gets it; a version

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -143,38 +144,61 @@ def test_two_relays_of_four_equal_the_scalar_model(layout: Layout, job: str, wor
         assert set(received) == {"2bit"}, received
 
 
-def test_a_relay_restarted_mid_step_loses_nothing(layout: Layout, job: str) -> None:
-    """Node 1's relay is SIGKILLed while its step 5 holds ranks 4 and 5's acknowledged pushes
-    and not 6 and 7's, and started again on its address. Its workers join it again and push
-    again (the SDK), the relay takes the upstream version back as the same member, and every
-    worker ends with the scalar model's exact bits: no push lost, none counted twice."""
+def status_of(server: Server, job: str) -> Dict:
+    rc, doc = cli_json("--server", server.addr, "status", job)
+    return doc["shards"][0] if rc == 0 else {}
+
+
+def wait_for(what: str, check, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"never: {what}")
+
+
+@pytest.mark.parametrize("when", ["in-its-step", "after-its-push", "after-the-close"])
+def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) -> None:
+    """Node 1's relay is SIGKILLed at step 5 and started again on its address: in-its-step, while
+    it holds ranks 4 and 5's acknowledged pushes and not 6 and 7's; after-its-push, once its
+    node's sum reached the upstream step (node 0's workers held back, so the step stays open);
+    after-the-close, stopped (SIGSTOP) once its push was in, killed after the upstream step
+    closed and before its workers got the version. Its workers join it again and push again
+    (the SDK), the relay comes back as the same upstream member and learns which of its steps
+    were counted, and every worker ends with the scalar model's exact bits: no push lost, none
+    counted twice."""
     KILL_AT = 5
-    late = threading.Event()
-    pushed: Dict[int, float] = {}
+    release = {n: threading.Event() for n in ("node0", "late")}
+    held = {0, 1, 2, 3} if when != "in-its-step" else {6, 7}
 
     def before_step(rank: int, s: int) -> None:
-        if s == KILL_AT and rank in (6, 7):
-            assert late.wait(60)
-        if s == KILL_AT and rank in (4, 5):
-            pushed[rank] = time.monotonic()
+        if s == KILL_AT and rank in held:
+            assert release["node0" if when != "in-its-step" else "late"].wait(60)
 
     results: List = []
     t = threading.Thread(target=lambda: results.append(
         run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step), W, timeout=120)))
     t.start()
     relay = layout.relays[1]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the relay holds both pushes of step 5
-        rc, doc = cli_json("--server", relay.addr, "status", job)
-        held = doc["shards"][0] if rc == 0 else {}
-        if held.get("open_step") == KILL_AT and held.get("committed") == 2:
-            break
-        time.sleep(0.05)
+    if when == "in-its-step":
+        wait_for("relay 1 holds 2 commits of step 5", lambda: status_of(relay, job).get("open_step") == KILL_AT
+                 and status_of(relay, job).get("committed") == 2)
     else:
-        pytest.fail(f"relay never held 2 commits of step {KILL_AT}: {doc}")
+        def node1_pushed() -> bool:
+            members = status_of(layout.up, job).get("members", [])
+            return any(m["rank"] == 1 and m["has_pushed"] and m["last_step"] == KILL_AT for m in members)
+        wait_for("node 1's push of step 5 upstream", node1_pushed)
+    if when == "after-the-close":
+        relay.proc.send_signal(signal.SIGSTOP)
+        release["node0"].set()
+        wait_for("the upstream step 5 closed", lambda: status_of(layout.up, job).get("version") == KILL_AT + 1)
     relay.stop()
     layout.relays[1] = relay.restart()
-    late.set()
+    if when == "after-its-push":  # the new relay takes the still open upstream step, then node 0 closes it
+        wait_for("relay 1 back at version 5", lambda: status_of(layout.relays[1], job).get("version") == KILL_AT)
+    release["node0"].set()
+    release["late"].set()
     t.join(150)
     assert results, "the workers did not finish"
     assert_all_equal(results[0], scalar_model(STEPS, [range(W)] * STEPS), STEPS)
