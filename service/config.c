@@ -170,13 +170,14 @@ static const row rows[GA_CFG_KEYS] = {
                                      "the upstream shards (h:p[,h:p...] or shards://name:port): set = this server "
                                      "is its node's relay, whose workers' pushes it sums and sends upstream as one "
                                      "(docs/relay.md); empty = a server"),
-    [GA_CFG_RELAY_NODE] = ROW_U32("relay-node", "GRADAGG_RELAY_NODE", relay_node, "0", 0, 4095,
-                                  "a relay's node index, below --relay-nodes: it serves the job's ranks "
-                                  "[node * workers, (node + 1) * workers)"),
-    [GA_CFG_RELAY_NODES] = ROW_U32("relay-nodes", "GRADAGG_RELAY_NODES", relay_nodes, "1", 1, 4096,
-                                   "relays (nodes) in a relayed job: the upstream job's world size"),
+    [GA_CFG_RELAY_NODE] = ROW_OPT_TEXT("relay-node", "GRADAGG_RELAY_NODE", relay_node, "",
+                                       "a relay's node index n: it serves the job's ranks [n * workers, (n + 1) * "
+                                       "workers); empty = each job's first worker tells it (its rank / workers)"),
+    [GA_CFG_RELAY_NODES] = ROW_U32("relay-nodes", "GRADAGG_RELAY_NODES", relay_nodes, "0", 0, 4096,
+                                   "relays (nodes) in a relayed job, the upstream job's world size; 0 = each job's "
+                                   "world size / workers"),
     [GA_CFG_RELAY_WORKERS] = ROW_U32("relay-workers", "GRADAGG_RELAY_WORKERS", relay_workers, "1", 1, 4096,
-                                     "workers on each node: a relayed job's world size is nodes x workers"),
+                                     "workers on each node (one per GPU): a relayed job's world size is a multiple"),
     [GA_CFG_RELAY_CODEC] = ROW_OPT_TEXT("relay-codec", "GRADAGG_RELAY_CODEC", relay_codec, "none",
                                         "how a relay pushes its node's sum upstream: none, fp16, bf16, 1bit, "
                                         "2bit[:threshold] or topk[:ratio], with error feedback"),

@@ -120,7 +120,8 @@ typedef struct ga_config {
     uint32_t shard_index;               /* this server's index in it */
     char advertise_address[GA_CONFIG_LISTEN_MAX]; /* where clients reach it; "" = the listen address */
     char relay_to[GA_CONFIG_PATH_MAX];  /* a node relay's upstream shards; "" = a server (relay.h) */
-    uint32_t relay_node, relay_nodes, relay_workers;
+    char relay_node[16];                /* "" = each job's first worker tells it */
+    uint32_t relay_nodes, relay_workers;
     char relay_codec[64];               /* "name[:param]": the relay's push upstream */
     ga_config_source source[GA_CFG_KEYS];
     /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process

@@ -240,7 +240,7 @@ static ga_status any_rank_allowed(const Gradagg__V1__JoinRequest *req, uint32_t 
 static ga_status job_settings(const ga_core *c, const Gradagg__V1__JobConfig *cfg, ga_job_settings *set, char *why)
 {
     GA_CHECK(ga_job_settings_from(cfg, &c->opt, set, why, GA_WHY_CAP));
-    return c->opt.relay ? ga_relay_localize(c->opt.relay, set, why, GA_WHY_CAP) : GA_OK;
+    return c->opt.relay ? ga_relay_localize(&c->relay_join_place, set, why, GA_WHY_CAP) : GA_OK;
 }
 
 static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
@@ -326,6 +326,7 @@ ga_status ga_core_job_create(ga_core *c, const char *name, const Gradagg__V1__Jo
     job->tasks.idle_arg = job;
     job->tasks.run_inline = c->replaying;
     if (!job->async) ga_core_step_exclude_absent(job); /* elastic: nobody has joined yet */
+    job->relay_place = c->relay_join_place;
     c->jobs[c->njobs++] = job;
     ga_status st = ga_persist_job(job, why);
     if (st != GA_OK) {

@@ -82,6 +82,15 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
  * once more (uv_run) before uv_loop_close. */
 void ga_core_destroy(ga_core *c);
 
+/* A node relay's core (ga_core_options.relay): maps the global rank a request names (Join,
+ * Leave, Pull, Heartbeat, a push or init bundle) to its job's local one, in place, before the
+ * handler below gets it; a Join of a new job also fixes the job's place (relay.h). GA_E_RANK
+ * for a rank of another node, GA_E_CONFIG for a Join a relay cannot carry; a request of a job
+ * that does not exist is left as it is (its handler refuses it). Loop thread. */
+ga_status ga_core_relay_map(ga_core *c, ga_method_id m, void *payload, char *why, size_t cap);
+/* The same for a stream's first chunk: its job's name and rank. */
+ga_status ga_core_relay_map_rank(ga_core *c, const char *job, uint32_t *rank, char *why, size_t cap);
+
 /* Request handlers. Each takes the message or bundle and finishes the call (now or later). */
 void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req);
 void ga_core_leave(ga_core *c, ga_call *call, Gradagg__V1__LeaveRequest *req);

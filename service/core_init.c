@@ -387,7 +387,7 @@ static void init_received(ga_core *c, ga_call *call, ga_init *init)
     }
     if (st != GA_OK) goto refuse;
     if (job->uplink && !job->relay_ready) { /* a relay's: parked until it holds the upstream version */
-        ga_core_relay_init(c, job, call, init);
+        ga_core_relay_init(job, call, init);
         ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
         return;
     }

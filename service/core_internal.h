@@ -10,6 +10,7 @@
 #include "budget.h"
 #include "core.h"
 #include "job.h"
+#include "relay.h"
 
 #define GA_WHY_CAP 320
 
@@ -34,6 +35,9 @@ struct ga_core {
     void *drain_arg;
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */
     ga_histogram journal_seconds; /* core_persist.c: each journal write (and its sync) before an ack */
+    /* A relay (core_relay.c): the place of the job the Join being handled names, which
+     * ga_core_relay_map worked out before the Join reached the core. */
+    ga_relay_place relay_join_place;
 };
 
 ga_job *ga_core_job(ga_core *c, const char *name);
@@ -148,7 +152,7 @@ ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req,
 /* An init of a relay job whose tensors do not hold the upstream version yet (checked whole,
  * check_init): parked; the first that can (node 0: one with values; else any) starts the
  * upstream init with its tensors, which are registered now. Takes init. */
-void ga_core_relay_init(ga_core *c, ga_job *job, ga_call *call, ga_init *init);
+void ga_core_relay_init(ga_job *job, ga_call *call, ga_init *init);
 /* A closed step's sums (out[0..n), taken) go upstream as the push of `weight` workers; the
  * upstream's next version is published as version step + 1 when it comes back. */
 void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns);

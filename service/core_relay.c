@@ -15,8 +15,51 @@ static void uplink_done(void *arg, const ga_uplink_result *res);
 
 ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why)
 {
-    return ga_uplink_create(job->core->opt.relay, job->name, req->config, req->resume, job->core->loop, uplink_done,
-                            job, &job->uplink, why, GA_WHY_CAP);
+    return ga_uplink_create(job->core->opt.relay, &job->relay_place, job->name, req->config, req->resume,
+                            job->core->loop, uplink_done, job, &job->uplink, why, GA_WHY_CAP);
+}
+
+/* ---- ranks ---- */
+
+ga_status ga_core_relay_map_rank(ga_core *c, const char *name, uint32_t *rank, char *why, size_t cap)
+{
+    ga_job *job = ga_core_job(c, name);
+    return job && job->uplink ? ga_relay_map_rank(&job->relay_place, rank, why, cap) : GA_OK;
+}
+
+ga_status ga_core_relay_map(ga_core *c, ga_method_id m, void *payload, char *why, size_t cap)
+{
+    switch (m) {
+    case GA_METHOD_JOIN: {
+        Gradagg__V1__JoinRequest *q = payload;
+        if (q->any_rank)
+            return ga_status_fail(GA_E_CONFIG, why, cap,
+                                  "a relay does not pick ranks: an elastic job does not pass a relay (docs/relay.md)");
+        ga_job *job = q->job ? ga_core_job(c, q->job) : NULL;
+        if (job && job->uplink)
+            c->relay_join_place = job->relay_place;
+        else if (q->config)
+            GA_CHECK(ga_relay_place_of(c->opt.relay, q->rank, q->config->world_size, &c->relay_join_place, why, cap));
+        else
+            return GA_OK; /* the Join is refused for its missing config */
+        return ga_relay_map_rank(&c->relay_join_place, &q->rank, why, cap);
+    }
+    case GA_METHOD_LEAVE: {
+        Gradagg__V1__LeaveRequest *q = payload;
+        return ga_core_relay_map_rank(c, q->job, &q->rank, why, cap);
+    }
+    case GA_METHOD_PULL: {
+        Gradagg__V1__PullRequest *q = payload;
+        return ga_core_relay_map_rank(c, q->job, &q->rank, why, cap);
+    }
+    case GA_METHOD_HEARTBEAT: {
+        Gradagg__V1__HeartbeatRequest *q = payload;
+        return ga_core_relay_map_rank(c, q->job, &q->rank, why, cap);
+    }
+    case GA_METHOD_PUSH: return ga_core_relay_map_rank(c, ((ga_push *)payload)->job, &((ga_push *)payload)->rank, why, cap);
+    case GA_METHOD_INIT: return ga_core_relay_map_rank(c, ((ga_init *)payload)->job, &((ga_init *)payload)->rank, why, cap);
+    default: return GA_OK;
+    }
 }
 
 /* ---- init ---- */
@@ -67,7 +110,7 @@ static ga_status specs_of(const ga_init *init, bool values, init_specs *s)
 /* Starts the upstream init with the tensors of `init`, registering them in the job. */
 static ga_status start_upstream(ga_job *job, const ga_init *init, char *why)
 {
-    bool values = job->core->opt.relay->node == 0;
+    bool values = job->relay_place.node == 0;
     init_specs s;
     ga_status st = specs_of(init, values, &s);
     for (size_t i = 0; st == GA_OK && i < s.n; i++)
@@ -83,11 +126,11 @@ static ga_status start_upstream(ga_job *job, const ga_init *init, char *why)
     return GA_OK;
 }
 
-void ga_core_relay_init(ga_core *c, ga_job *job, ga_call *call, ga_init *init)
+void ga_core_relay_init(ga_job *job, ga_call *call, ga_init *init)
 {
     /* Node 0 holds the job's rank 0, whose init carries the values the upstream job starts from;
      * the other nodes await them upstream, so any init of theirs names the tensors. */
-    bool starts = !job->relay_started && (c->opt.relay->node != 0 || !init->await_values);
+    bool starts = !job->relay_started && (job->relay_place.node != 0 || !init->await_values);
     if (starts) {
         char why[GA_WHY_CAP];
         ga_status st = start_upstream(job, init, why);

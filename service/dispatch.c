@@ -12,14 +12,13 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "log.h"
-#include "relay.h"
 #include "stream_caps.h"
 
 struct ga_dispatch {
     ga_rpc_handlers handlers; /* ctx = this */
     ga_loop *loop;
     ga_core *core;
-    const ga_relay_options *relay; /* NULL: not a relay */
+    bool relay; /* a node relay's: ranks are mapped (ga_core_relay_map) before the core sees them */
     ga_health *health;
     size_t max_stream_bytes;
     ga_stream_caps *caps;        /* streams open per client host and per job */
@@ -96,7 +95,7 @@ static void run_request(void *arg)
     job *j = arg;
     ga_dispatch *d = j->d;
     char why[160];
-    ga_status st = d->relay ? ga_relay_map_request(d->relay, j->method, j->payload, why, sizeof why) : GA_OK;
+    ga_status st = d->relay ? ga_core_relay_map(d->core, j->method, j->payload, why, sizeof why) : GA_OK;
     if (st != GA_OK) {
         free_payload(j->method, j->payload);
         ga_call_finish(j->call, NULL, st, "%s", why);
@@ -138,7 +137,7 @@ static void run_stream_check(void *arg)
     stream_check *k = arg;
     char why[160];
     uint32_t rank = k->rank;
-    ga_status st = k->d->relay ? ga_relay_map_rank(k->d->relay, &rank, why, sizeof why) : GA_OK;
+    ga_status st = k->d->relay ? ga_core_relay_map_rank(k->d->core, k->job, &rank, why, sizeof why) : GA_OK;
     if (st != GA_OK)
         ga_call_refuse(k->call, st, "%s", why);
     else
@@ -352,7 +351,7 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
     return GA_OK;
 }
 
-void ga_dispatch_set_relay(ga_dispatch *d, const ga_relay_options *relay) { d->relay = relay; }
+void ga_dispatch_set_relay(ga_dispatch *d) { d->relay = true; }
 
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth)
 {

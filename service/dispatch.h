@@ -35,11 +35,10 @@ ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, si
  * transport runs (a reload), the calls checked from then on use the new table, and the old one
  * must stay alive until the transport stopped (a check may still be reading it). Any thread. */
 void ga_dispatch_set_auth(ga_dispatch *d, const ga_auth *auth);
-/* A node relay's dispatch (relay.h): every request's global rank becomes the node's local one
- * before the core sees it; a rank of another node is refused (GA_E_RANK). Borrowed; on the loop
- * thread, before the transport starts. */
-struct ga_relay_options;
-void ga_dispatch_set_relay(ga_dispatch *d, const struct ga_relay_options *relay);
+/* A node relay's dispatch (relay.h): every request's global rank becomes its job's local one
+ * (ga_core_relay_map) before the core's handler gets it; a refused one is finished with the
+ * status and message. On the loop thread, before the transport starts. */
+void ga_dispatch_set_relay(ga_dispatch *d);
 /* This server's place in its shard set, which ShardInfo answers (docs/protocol.md, "Shard
  * discovery"): index in [0, count), the address clients reach it at (copied; at most
  * GA_DISPATCH_ADDRESS_MAX - 1 bytes). count 0 (the default): in no set. On the loop thread, before

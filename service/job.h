@@ -11,6 +11,7 @@
 
 #include "core.h"
 #include "metrics.h"
+#include "relay.h"
 #include "step.h"
 #include "store.h"
 #include "task.h"
@@ -127,6 +128,7 @@ typedef struct ga_job {
      * until the tensors hold the upstream version (relay_ready); a closed step's sums are held
      * (relay_sums, relay_nsums) while the uplink pushes them and pulls the next version. */
     struct ga_uplink *uplink;
+    ga_relay_place relay_place;
     bool relay_started, relay_ready;
     ga_published *relay_sums;
     size_t relay_nsums;

@@ -5,22 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bundle.h"
 #include "job.h"
-
-ga_status ga_relay_check(const ga_relay_options *r, char *why, size_t cap)
-{
-    if (!r->upstream || !r->upstream[0]) return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-to names no upstream");
-    if (r->nodes < 1 || r->node >= r->nodes)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u outside [0, --relay-nodes %u)", r->node, r->nodes);
-    if (r->workers < 1 || (uint64_t)r->workers * r->nodes > GA_JOB_MAX_WORLD)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u x --relay-nodes %u outside [1, %u] workers",
-                              r->workers, r->nodes, GA_JOB_MAX_WORLD);
-    ga_status st = ga_codec_params_validate(r->codec, &r->params);
-    if (st != GA_OK)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-codec %s: %s", ga_codec_name(r->codec), ga_strerror(st));
-    return GA_OK;
-}
 
 ga_status ga_relay_parse_codec(const char *text, ga_codec_id *codec, ga_codec_params *params, char *why, size_t cap)
 {
@@ -47,20 +32,48 @@ ga_status ga_relay_parse_codec(const char *text, ga_codec_id *codec, ga_codec_pa
     return GA_OK;
 }
 
+ga_status ga_relay_check(const ga_relay_options *r, char *why, size_t cap)
+{
+    if (!r->upstream || !r->upstream[0]) return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-to names no upstream");
+    if (r->workers < 1 || r->workers > GA_JOB_MAX_WORLD)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u outside [1, %u]", r->workers, GA_JOB_MAX_WORLD);
+    if (r->nodes && (uint64_t)r->workers * r->nodes > GA_JOB_MAX_WORLD)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u x --relay-nodes %u is over %u workers",
+                              r->workers, r->nodes, GA_JOB_MAX_WORLD);
+    if (r->node_given && r->nodes && r->node >= r->nodes)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u outside [0, --relay-nodes %u)", r->node, r->nodes);
+    ga_status st = ga_codec_params_validate(r->codec, &r->params);
+    if (st != GA_OK)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-codec %s: %s", ga_codec_name(r->codec), ga_strerror(st));
+    return GA_OK;
+}
+
+ga_status ga_relay_place_of(const ga_relay_options *r, uint32_t rank, uint32_t world, ga_relay_place *out, char *why,
+                            size_t cap)
+{
+    uint32_t k = r->workers;
+    if (world == 0 || world % k != 0 || (r->nodes && world != r->nodes * k))
+        return ga_status_fail(GA_E_CONFIG, why, cap,
+                              "config.world_size %u is not %s x %u workers per node (--relay-workers): every worker "
+                              "of a relayed job joins its node's relay (docs/relay.md)",
+                              world, r->nodes ? "--relay-nodes" : "a number of nodes", k);
+    ga_relay_place p = {r->node_given ? r->node : rank / k, world / k, k};
+    if (p.node >= p.nodes)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u is not below the job's %u nodes", p.node, p.nodes);
+    uint32_t local = rank;
+    GA_CHECK(ga_relay_map_rank(&p, &local, why, cap));
+    *out = p;
+    return GA_OK;
+}
+
 static uint32_t scaled(uint32_t q, uint32_t part, uint32_t whole)
 {
     uint64_t v = ((uint64_t)q * part + whole - 1) / whole;
     return v < 1 ? 1 : (uint32_t)v;
 }
 
-ga_status ga_relay_localize(const ga_relay_options *r, ga_job_settings *s, char *why, size_t cap)
+ga_status ga_relay_localize(const ga_relay_place *p, ga_job_settings *s, char *why, size_t cap)
 {
-    uint32_t world = r->nodes * r->workers;
-    if (s->world != world)
-        return ga_status_fail(GA_E_CONFIG, why, cap,
-                              "config.world_size %u is not this relay's %u nodes x %u workers: every worker of a "
-                              "relayed job joins through its node's relay (docs/relay.md)",
-                              s->world, r->nodes, r->workers);
     if (s->async)
         return ga_status_fail(GA_E_CONFIG, why, cap, "an async job does not pass a relay: its pushes apply one by one");
     if (s->min_world)
@@ -68,8 +81,8 @@ ga_status ga_relay_localize(const ga_relay_options *r, ga_job_settings *s, char 
                               s->min_world);
     if (s->staleness)
         return ga_status_fail(GA_E_CONFIG, why, cap, "a job with staleness %u does not pass a relay", s->staleness);
-    s->quorum = scaled(s->quorum, r->workers, world);
-    s->world = r->workers;
+    s->quorum = scaled(s->quorum, p->workers, s->world);
+    s->world = p->workers;
     s->store.optim = GA_OPTIM_REDUCE;
     s->store.mean = false;
     s->store.pull_codec = GA_CODEC_NONE;
@@ -77,36 +90,17 @@ ga_status ga_relay_localize(const ga_relay_options *r, ga_job_settings *s, char 
     return GA_OK;
 }
 
-uint32_t ga_relay_upstream_quorum(const ga_relay_options *r, uint32_t quorum)
+uint32_t ga_relay_upstream_quorum(const ga_relay_place *p, uint32_t quorum)
 {
-    return scaled(quorum, r->nodes, r->nodes * r->workers);
+    return scaled(quorum, p->nodes, p->nodes * p->workers);
 }
 
-ga_status ga_relay_map_rank(const ga_relay_options *r, uint32_t *rank, char *why, size_t cap)
+ga_status ga_relay_map_rank(const ga_relay_place *p, uint32_t *rank, char *why, size_t cap)
 {
-    uint32_t first = ga_relay_first_rank(r);
-    if (*rank < first || *rank - first >= r->workers)
+    uint32_t first = p->node * p->workers;
+    if (*rank < first || *rank - first >= p->workers)
         return ga_status_fail(GA_E_RANK, why, cap, "rank %u is not on this node: its relay serves ranks %u..%u",
-                              *rank, first, first + r->workers - 1);
+                              *rank, first, first + p->workers - 1);
     *rank -= first;
     return GA_OK;
-}
-
-ga_status ga_relay_map_request(const ga_relay_options *r, ga_method_id m, void *payload, char *why, size_t cap)
-{
-    switch (m) {
-    case GA_METHOD_JOIN: {
-        Gradagg__V1__JoinRequest *q = payload;
-        if (q->any_rank)
-            return ga_status_fail(GA_E_CONFIG, why, cap,
-                                  "a relay does not pick ranks: an elastic job does not pass a relay (docs/relay.md)");
-        return ga_relay_map_rank(r, &q->rank, why, cap);
-    }
-    case GA_METHOD_LEAVE: return ga_relay_map_rank(r, &((Gradagg__V1__LeaveRequest *)payload)->rank, why, cap);
-    case GA_METHOD_PULL: return ga_relay_map_rank(r, &((Gradagg__V1__PullRequest *)payload)->rank, why, cap);
-    case GA_METHOD_HEARTBEAT: return ga_relay_map_rank(r, &((Gradagg__V1__HeartbeatRequest *)payload)->rank, why, cap);
-    case GA_METHOD_PUSH: return ga_relay_map_rank(r, &((ga_push *)payload)->rank, why, cap);
-    case GA_METHOD_INIT: return ga_relay_map_rank(r, &((ga_init *)payload)->rank, why, cap);
-    default: return GA_OK;
-    }
 }

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdbool.h>
 #include <uv.h>
@@ -347,8 +348,17 @@ static ga_status set_shard(ga_server *s, int port)
 /* --relay-*: the relay's options, borrowing cfg's strings. */
 static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *why, size_t cap)
 {
-    *r = (ga_relay_options){.upstream = cfg->relay_to, .node = cfg->relay_node, .nodes = cfg->relay_nodes,
-                            .workers = cfg->relay_workers};
+    *r = (ga_relay_options){.upstream = cfg->relay_to, .nodes = cfg->relay_nodes, .workers = cfg->relay_workers};
+    if (cfg->relay_node[0]) {
+        char *end;
+        unsigned long n = strtoul(cfg->relay_node, &end, 10);
+        if (*end || end == cfg->relay_node || n >= 4096) /* --relay-nodes at most */
+            return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node '%s': an index below %u, or empty for the "
+                                  "index each job's first worker gives (its rank / --relay-workers)", cfg->relay_node,
+                                  4096u);
+        r->node_given = true;
+        r->node = (uint32_t)n;
+    }
     GA_CHECK(ga_relay_parse_codec(cfg->relay_codec, &r->codec, &r->params, why, cap));
     return ga_relay_check(r, why, cap);
 }
@@ -400,7 +410,7 @@ static void setup(void *arg)
                                      c->max_streams_per_client, c->max_streams_per_job, &s->dispatch), st,
                   fail);
     ga_dispatch_set_auth(s->dispatch, s->sec.auth);
-    if (c->relay_to[0]) ga_dispatch_set_relay(s->dispatch, &s->relay);
+    if (c->relay_to[0]) ga_dispatch_set_relay(s->dispatch);
     GA_CHECK_GOTO(open_handles(s), st, fail);
     GA_CHECK_GOTO(start_admin(s, &admin_port), st, fail);
 

@@ -19,10 +19,9 @@ typedef struct done_handle {
 
 struct ga_uplink {
     ga_client_options opt;
-    char *server, *job, *token;
+    char *server, *job;
     ga_codec_id codec;
     ga_codec_params params;
-    uint32_t node;
     ga_client *client;
     float **values; /* per tensor: the parameters the SDK pulls into */
     size_t ntensors;
@@ -124,7 +123,7 @@ static void uplink_free(ga_uplink *u)
         ga_free((char *)u->tensors[i].name);
     }
     ga_free(u->values), ga_free(u->shapes), ga_free(u->tensors);
-    ga_free(u->server), ga_free(u->job), ga_free(u->token);
+    ga_free(u->server), ga_free(u->job);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
     ga_free(u);
@@ -195,7 +194,7 @@ static uint64_t incarnation_of(const char *job, uint32_t node)
     return h ? h : 1;
 }
 
-static void options_from(ga_uplink *u, const ga_relay_options *r, const Gradagg__V1__JobConfig *cfg, bool resume)
+static void options_from(ga_uplink *u, const ga_relay_place *p, const Gradagg__V1__JobConfig *cfg, bool resume)
 {
     static const Gradagg__V1__Optimizer no_optim = GRADAGG__V1__OPTIMIZER__INIT;
     static const Gradagg__V1__Straggler no_straggler = GRADAGG__V1__STRAGGLER__INIT;
@@ -204,9 +203,9 @@ static void options_from(ga_uplink *u, const ga_relay_options *r, const Gradagg_
     ga_client_options opt = GA_CLIENT_OPTIONS_INIT;
     opt.server = u->server;
     opt.job = u->job;
-    opt.rank = r->node;
-    opt.world_size = r->nodes;
-    opt.incarnation = incarnation_of(u->job, r->node);
+    opt.rank = p->node;
+    opt.world_size = p->nodes;
+    opt.incarnation = incarnation_of(u->job, p->node);
     opt.mode = GA_MODE_SYNC;
     opt.mean = cfg->reduce == GRADAGG__V1__REDUCE__REDUCE_MEAN;
     switch (o->kind) {
@@ -218,33 +217,30 @@ static void options_from(ga_uplink *u, const ga_relay_options *r, const Gradagg_
     opt.sgd = (ga_sgd_params){o->lr, o->momentum, o->weight_decay, o->nesterov != 0};
     opt.adam = (ga_adam_params){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->decoupled != 0};
     opt.deadline_ms = s->deadline_ms;
-    opt.quorum = s->deadline_ms ? ga_relay_upstream_quorum(r, s->quorum ? s->quorum : cfg->world_size) : 0;
+    opt.quorum = s->deadline_ms ? ga_relay_upstream_quorum(p, s->quorum ? s->quorum : cfg->world_size) : 0;
     char why[128];
     if (cfg->pull_codec && ga_codec_from_wire(cfg->pull_codec, "pull_codec", &opt.pull_codec, &opt.pull_params, why,
                                               sizeof why) != GA_OK)
         opt.pull_codec = GA_CODEC_NONE; /* the local job's create checked it already */
     opt.pull_auto_bits = cfg->pull_auto_bits;
     opt.resume = resume;
-    opt.auth_token = u->token;
-    if (r->step_timeout_ms) opt.step_timeout_ms = r->step_timeout_ms;
     u->opt = opt;
 }
 
-ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gradagg__V1__JobConfig *cfg, bool resume,
-                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap)
+ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *place, const char *job,
+                           const Gradagg__V1__JobConfig *cfg, bool resume, uv_loop_t *loop, ga_uplink_done done,
+                           void *arg, ga_uplink **out, char *why, size_t cap)
 {
     ga_uplink *u = ga_calloc(1, sizeof *u);
     done_handle *h = ga_calloc(1, sizeof *h);
-    if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job)) ||
-        (r->auth_token && !(u->token = ga_strdup(r->auth_token)))) {
-        if (u) ga_free(u->server), ga_free(u->job), ga_free(u->token);
+    if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job))) {
+        if (u) ga_free(u->server), ga_free(u->job);
         ga_free(u), ga_free(h);
         return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating the uplink of job '%s'", job);
     }
-    options_from(u, r, cfg, resume);
+    options_from(u, place, cfg, resume);
     u->codec = r->codec;
     u->params = r->params;
-    u->node = r->node;
     u->done = done;
     u->arg = arg;
     pthread_mutex_init(&u->mu, NULL);
@@ -257,7 +253,7 @@ ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gra
         h->u = NULL;
         uv_close((uv_handle_t *)&h->async, handle_closed);
         u->done_h = NULL;
-        ga_free(u->server), ga_free(u->job), ga_free(u->token);
+        ga_free(u->server), ga_free(u->job);
         pthread_mutex_destroy(&u->mu);
         pthread_cond_destroy(&u->cv);
         ga_free(u);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "ga_codec.h"
 #include "ga_methods.h"
 #include "ga_status.h"
 #include "relay.h"
@@ -39,11 +40,12 @@ typedef struct ga_uplink_result {
 typedef void (*ga_uplink_done)(void *arg, const ga_uplink_result *res);
 
 /* For job `job` (copied) of config cfg (the workers', read at the call): the upstream member
- * is rank r->node of r->nodes with the job's optimizer, mean, pull codec and deadline, a quorum
+ * is rank place->node of place->nodes with the job's optimizer, mean, pull codec and deadline, a quorum
  * of ga_relay_upstream_quorum, and an incarnation derived from the job and the node, so a relay
  * restarted in place is the same member. Starts the thread; nothing is sent yet. */
-ga_status ga_uplink_create(const ga_relay_options *r, const char *job, const Gradagg__V1__JobConfig *cfg, bool resume,
-                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap);
+ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *place, const char *job,
+                           const Gradagg__V1__JobConfig *cfg, bool resume, uv_loop_t *loop, ga_uplink_done done,
+                           void *arg, ga_uplink **out, char *why, size_t cap);
 /* Joins upstream, registers the tensors (copied) and inits: values (node 0: each tensor's
  * initial values, copied) or NULL (await node 0's), then pulls the current version and asks
  * which step this member committed last. done gets both. GA_E_INVAL (nothing started) while a command runs. */

@@ -34,14 +34,18 @@ class Layout:
     """An upstream server and one relay per node, stopped at teardown."""
 
     def __init__(self, tmp: Path, *relay_args: str) -> None:
+        """relay_args "auto": the relays are given K alone and learn each job's node and node
+        count from its workers (a relay per Kubernetes node); else node and nodes are given."""
         binary = gradagg._lib.server_binary()
         (tmp / "up").mkdir()
         self.up = Server(binary, tmp / "up")
         self.relays: List[Server] = []
+        auto = "auto" in relay_args
         for n in range(NODES):
             (tmp / f"node{n}").mkdir()
-            self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", self.up.addr, "--relay-node", str(n),
-                                      "--relay-nodes", str(NODES), "--relay-workers", str(K), *relay_args))
+            place = [] if auto else ["--relay-node", str(n), "--relay-nodes", str(NODES)]
+            self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", self.up.addr, *place,
+                                      "--relay-workers", str(K), *[a for a in relay_args if a != "auto"]))
 
     def relay_of(self, rank: int) -> Server:
         return self.relays[rank // K]
@@ -126,12 +130,13 @@ STEPS = 12
 
 @pytest.mark.parametrize("layout, worker_codec, relay_codec", [
     ((), "none", "none"),
-    (("--relay-codec", "2bit:0.05"), "fp16", "2bit"),
-], indirect=["layout"], ids=["none-none", "fp16-2bit"])
+    (("--relay-codec", "2bit:0.05", "auto"), "fp16", "2bit"),
+], indirect=["layout"], ids=["none-none", "fp16-2bit-auto"])
 def test_two_relays_of_four_equal_the_scalar_model(layout: Layout, job: str, worker_codec: str,
                                                    relay_codec: str) -> None:
     """Random arrival order inside each node; every worker ends with the model's exact bits, and
-    the upstream job saw two members, each pushing the node's sum once per step."""
+    the upstream job saw two members, each pushing the node's sum once per step. The second case
+    gives the relays no node index: each learns its node from its workers' ranks."""
     out = run_ranks(lambda r: train(layout, job, r, STEPS, worker_codec, jitter=0.01), W, timeout=120)
     want = scalar_model(STEPS, [range(W)] * STEPS, worker_codec, relay_codec, 0.05)
     assert_all_equal(out, want, STEPS)
@@ -253,7 +258,7 @@ def test_what_a_relay_refuses(layout: Layout, job: str) -> None:
         gradagg.Client(addr, job, "any", W, min_world_size=2, **FAST)
     with pytest.raises(gradagg.errors.ConfigError, match="async"):
         gradagg.Client(addr, job + "a", 0, W, mode="async", **FAST)
-    with pytest.raises(gradagg.errors.ConfigError, match="world_size 4 is not this relay's 2 nodes x 4 workers"):
+    with pytest.raises(gradagg.errors.ConfigError, match="world_size 4 is not --relay-nodes x 4 workers per node"):
         gradagg.Client(addr, job + "w", 0, 4, **FAST)
     out = run_ranks(lambda r: train(layout, job, r, 2), W, timeout=60)
     assert_all_equal(out, scalar_model(2, [range(W)] * 2), 2)
