@@ -67,7 +67,7 @@ function find(docs, kind, name) {
 function podSpecs(docs) {
   const out = [];
   for (const d of docs) {
-    if (d.kind === "StatefulSet" || d.kind === "Deployment" || d.kind === "Job") {
+    if (d.kind === "StatefulSet" || d.kind === "Deployment" || d.kind === "Job" || d.kind === "DaemonSet") {
       out.push({ doc: d, tmpl: d.spec && d.spec.template });
     }
   }
@@ -93,7 +93,7 @@ function ruleErrors(name, docs) {
     if (!psc.seccompProfile || psc.seccompProfile.type !== "RuntimeDefault")
       errs.push(`${where}: pod seccompProfile is not RuntimeDefault`);
     if (ps.automountServiceAccountToken !== false) errs.push(`${where}: automountServiceAccountToken is not false`);
-    for (const c of ps.containers || []) {
+    for (const c of (ps.containers || []).concat(ps.initContainers || [])) {
       const sc = c.securityContext || {};
       if (sc.readOnlyRootFilesystem !== true) errs.push(`${where}/${c.name}: readOnlyRootFilesystem is not true`);
       if (sc.allowPrivilegeEscalation !== false) errs.push(`${where}/${c.name}: allowPrivilegeEscalation is not false`);
@@ -230,8 +230,61 @@ function launchErrors(all) {
       for (const k of ["GRADAGG_SERVER", "GRADAGG_JOB", "GRADAGG_WORLD_SIZE"])
         if (!env[k]) errs.push(`Job ${d.metadata.name}/${c.name}: no ${k}`);
       const w = env.GRADAGG_WORLD_SIZE;
-      if (w && String(w.value) !== String(d.spec.completions))
+      const relayed = /^(127\.0\.0\.1|\$\(HOST_IP\)):/.test(String(env.GRADAGG_SERVER && env.GRADAGG_SERVER.value));
+      if (w && !relayed && String(w.value) !== String(d.spec.completions)) // relayErrors checks a relayed one
         errs.push(`Job ${d.metadata.name}/${c.name}: GRADAGG_WORLD_SIZE ${w.value} is not completions ${d.spec.completions}`);
+    }
+  }
+  return errs;
+}
+
+// Cross-rendering rule for node relays (docs/relay.md): a relay (a container with
+// GRADAGG_RELAY_TO) has GRADAGG_RELAY_WORKERS (K) and a pod admitted to the shards; a Job whose
+// workers name a relay, 127.0.0.1:P (a sidecar of the pod listening on P) or $(HOST_IP):P (a
+// DaemonSet relay with host port P), runs K workers per pod (its K), so its GRADAGG_WORLD_SIZE
+// is completions x K, and a relay given GRADAGG_RELAY_NODES has completions nodes.
+const envOf = (c) => Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
+const portOf = (addr) => Number(String(addr || "").split(":").pop());
+function relayErrors(all) {
+  const errs = [];
+  const relays = [];
+  for (const d of all) {
+    if (!["Job", "DaemonSet"].includes(d.kind)) continue;
+    const ps = d.spec.template.spec;
+    for (const c of (ps.containers || []).concat(ps.initContainers || [])) {
+      const env = envOf(c);
+      if (!env.GRADAGG_RELAY_TO) continue;
+      const where = `${d.kind} ${d.metadata.name}/${c.name}`;
+      if (!(Number(env.GRADAGG_RELAY_WORKERS) >= 1)) errs.push(`${where}: a relay without GRADAGG_RELAY_WORKERS`);
+      const labels = d.spec.template.metadata.labels || {};
+      if (labels["gradagg.io/client"] !== "true") errs.push(`${where}: a relay's pod is not gradagg.io/client (the shards refuse it)`);
+      const hostPort = ((c.ports || []).find((p) => p.containerPort === portOf(env.GRADAGG_LISTEN)) || {}).hostPort;
+      relays.push({ d, env, where, port: portOf(env.GRADAGG_LISTEN), hostPort });
+    }
+  }
+  for (const d of all) {
+    if (d.kind !== "Job") continue;
+    for (const c of d.spec.template.spec.containers) {
+      const env = envOf(c);
+      const server = String(env.GRADAGG_SERVER || "");
+      let relay = null;
+      if (server.startsWith("127.0.0.1:"))
+        relay = relays.find((r) => r.d === d && r.port === portOf(server));
+      else if (server.startsWith("$(HOST_IP):"))
+        relay = relays.find((r) => r.d.kind === "DaemonSet" && r.hostPort === portOf(server));
+      else continue;
+      const where = `Job ${d.metadata.name}/${c.name}`;
+      if (!relay) {
+        errs.push(`${where}: GRADAGG_SERVER ${server} names no relay listening there`);
+        continue;
+      }
+      const k = Number(relay.env.GRADAGG_RELAY_WORKERS);
+      if (Number(env.K) !== k) errs.push(`${where}: runs K = ${env.K} workers a pod, its relay takes ${k}`);
+      if (Number(env.GRADAGG_WORLD_SIZE) !== d.spec.completions * k)
+        errs.push(`${where}: GRADAGG_WORLD_SIZE ${env.GRADAGG_WORLD_SIZE} is not completions ${d.spec.completions} x ${k}`);
+      const nodes = Number(relay.env.GRADAGG_RELAY_NODES || 0);
+      if (nodes && nodes !== d.spec.completions)
+        errs.push(`${relay.where}: GRADAGG_RELAY_NODES ${nodes} is not the Job's completions ${d.spec.completions}`);
     }
   }
   return errs;
@@ -301,6 +354,8 @@ const mon = monitorErrors(all);
 report(mon.length === 0, "ServiceMonitors select a Service with the ports they scrape", mon.join(" | "));
 const launch = launchErrors(all);
 report(launch.length === 0, "Indexed Jobs give their workers server, job and world size", launch.join(" | "));
+const relay = relayErrors(all);
+report(relay.length === 0, "relayed Jobs reach a relay and their world size is pods x its workers", relay.join(" | "));
 fs.writeFileSync(tsOut, tsSource(entries));
 } else {
   // Each break must be caught by the check named.
@@ -344,6 +399,27 @@ fs.writeFileSync(tsOut, tsSource(entries));
     ["monitor: a port the Service lacks", (docs) => { svcMon(docs).spec.endpoints[0].port = "metrics"; }],
     ["monitor: selects no Service", (docs) => { svcMon(docs).spec.selector.matchLabels = { app: "x" }; }],
   ];
+  const relayed = renderings.find((r) => r.docs.some((d) => d.kind === "DaemonSet"));
+  const jobNamed = (docs, name) => docs.find((d) => d.kind === "Job" && d.metadata.name === name);
+  const workerEnv = (docs, name) => jobNamed(docs, name).spec.template.spec.containers[0].env;
+  const relayBreaks = [
+    ["relay: world size is not pods x workers", (docs) => {
+      workerEnv(docs, "relayed-train").find((e) => e.name === "GRADAGG_WORLD_SIZE").value = "4";
+    }],
+    ["relay: the sidecar listens elsewhere", (docs) => {
+      jobNamed(docs, "sidecar-train").spec.template.spec.initContainers[0].env
+        .find((e) => e.name === "GRADAGG_LISTEN").value = "127.0.0.1:7090";
+    }],
+    ["relay: no host port on the DaemonSet", (docs) => {
+      delete docs.find((d) => d.kind === "DaemonSet").spec.template.spec.containers[0].ports[0].hostPort;
+    }],
+    ["relay: sidecar relay nodes are not completions", (docs) => { jobNamed(docs, "sidecar-train").spec.completions = 3; }],
+  ];
+  for (const [what, breakIt] of relayBreaks) {
+    const docs = clone(relayed.docs);
+    breakIt(docs);
+    report(relayErrors(docs).length > 0, `self-test ${what} is caught`, "the check passed a broken relay layout");
+  }
   for (const [what, breakIt] of monitorBreaks) {
     const docs = clone(monitoring.docs);
     breakIt(docs);
