@@ -180,7 +180,7 @@ static const row rows[GA_CFG_KEYS] = {
                                      "workers on each node (one per GPU): a relayed job's world size is a multiple"),
     [GA_CFG_RELAY_CODEC] = ROW_OPT_TEXT("relay-codec", "GRADAGG_RELAY_CODEC", relay_codec, "none",
                                         "how a relay pushes its node's sum upstream: none, fp16, bf16, 1bit, "
-                                        "2bit[:threshold] or topk[:ratio], with error feedback"),
+                                        "2bit[:threshold | :auto] or topk[:ratio], with error feedback"),
 };
 
 /* T_ENUM rows store the choice's index through an int. */

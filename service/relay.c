@@ -7,8 +7,11 @@
 
 #include "job.h"
 
-ga_status ga_relay_parse_codec(const char *text, ga_codec_id *codec, ga_codec_params *params, char *why, size_t cap)
+ga_status ga_relay_parse_codec(const char *text, ga_relay_options *r, char *why, size_t cap)
 {
+    ga_codec_id *codec = &r->codec;
+    ga_codec_params *params = &r->params;
+    r->auto_threshold = false;
     char name[32];
     const char *colon = strchr(text, ':');
     size_t len = colon ? (size_t)(colon - text) : strlen(text);
@@ -20,11 +23,15 @@ ga_status ga_relay_parse_codec(const char *text, ga_codec_id *codec, ga_codec_pa
         return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-codec '%s': unknown codec '%s'", text, name);
     *params = ga_codec_params_default(*codec);
     if (!colon) return GA_OK;
+    if (*codec == GA_CODEC_2BIT && strcmp(colon + 1, "auto") == 0) {
+        r->auto_threshold = true;
+        return GA_OK;
+    }
     char *end;
     float v = strtof(colon + 1, &end);
     if (end == colon + 1 || *end || (*codec != GA_CODEC_2BIT && *codec != GA_CODEC_TOPK))
         return ga_status_fail(GA_E_CONFIG, why, cap,
-                              "--relay-codec '%s': only 2bit:<threshold> and topk:<ratio> take a number", text);
+                              "--relay-codec '%s': only 2bit:<threshold>, 2bit:auto and topk:<ratio> take a value", text);
     if (*codec == GA_CODEC_2BIT)
         params->threshold = v;
     else

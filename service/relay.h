@@ -29,6 +29,7 @@ typedef struct ga_relay_options {
     uint32_t nodes;         /* N, relays in every job (its W is then N * K); 0: each job's W / K */
     ga_codec_id codec;      /* the node's push upstream, every tensor */
     ga_codec_params params; /* its parameters (threshold, top-k ratio, ...) */
+    bool auto_threshold;    /* 2bit: the SDK picks the threshold each step (docs/auto-threshold.md) */
 } ga_relay_options;
 
 /* A job's place in its relayed layout: this relay is node `node` of `nodes`, serving the global
@@ -37,9 +38,10 @@ typedef struct ga_relay_place {
     uint32_t node, nodes, workers;
 } ga_relay_place;
 
-/* "name[:param]" (--relay-codec): none, fp16, bf16, 1bit, 2bit[:threshold], topk[:ratio]; the
- * codec's defaults for what is not given. GA_E_CONFIG with the message otherwise. */
-ga_status ga_relay_parse_codec(const char *text, ga_codec_id *codec, ga_codec_params *params, char *why, size_t cap);
+/* "name[:param]" (--relay-codec): none, fp16, bf16, 1bit, 2bit[:threshold | :auto], topk[:ratio];
+ * the codec's defaults for what is not given. Fills r's codec, params and auto_threshold.
+ * GA_E_CONFIG with the message otherwise. */
+ga_status ga_relay_parse_codec(const char *text, ga_relay_options *r, char *why, size_t cap);
 
 /* Whether the options make a relay, and are consistent (workers >= 1, node < nodes when both
  * are given, a codec the SDK pushes). GA_E_CONFIG with the message otherwise. */

@@ -359,7 +359,7 @@ static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *
         r->node_given = true;
         r->node = (uint32_t)n;
     }
-    GA_CHECK(ga_relay_parse_codec(cfg->relay_codec, &r->codec, &r->params, why, cap));
+    GA_CHECK(ga_relay_parse_codec(cfg->relay_codec, r, why, cap));
     return ga_relay_check(r, why, cap);
 }
 

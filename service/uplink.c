@@ -22,6 +22,7 @@ struct ga_uplink {
     char *server, *job;
     ga_codec_id codec;
     ga_codec_params params;
+    bool auto_threshold;
     ga_client *client;
     float **values; /* per tensor: the parameters the SDK pulls into */
     size_t ntensors;
@@ -74,6 +75,7 @@ static ga_status run_init(ga_uplink *u)
         ga_tensor_options to = GA_TENSOR_OPTIONS_INIT;
         to.codec = u->codec;
         to.params = u->params;
+        to.auto_threshold.enabled = u->auto_threshold;
         int index;
         st = ga_client_add_tensor(u->client, u->tensors[i].name, u->tensors[i].shape, (int)u->tensors[i].ndim,
                                   u->values[i], &to, &index);
@@ -241,6 +243,7 @@ ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *plac
     options_from(u, place, cfg, resume);
     u->codec = r->codec;
     u->params = r->params;
+    u->auto_threshold = r->auto_threshold;
     u->done = done;
     u->arg = arg;
     pthread_mutex_init(&u->mu, NULL);

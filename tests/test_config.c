@@ -314,7 +314,7 @@ static void test_help_lists_every_row(void **state)
         {"--relay-node", "GRADAGG_RELAY_NODE", NULL},
         {"--relay-nodes", "GRADAGG_RELAY_NODES", NULL},
         {"--relay-workers", "GRADAGG_RELAY_WORKERS", NULL},
-        {"--relay-codec", "GRADAGG_RELAY_CODEC", "2bit[:threshold]"},
+        {"--relay-codec", "GRADAGG_RELAY_CODEC", "2bit[:threshold | :auto]"},
     };
     assert_int_equal(COUNT(expect), GA_CFG_KEYS);
     char *out = capture(help_to, NULL);

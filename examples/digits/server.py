@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 _LISTENING = re.compile(r"^gradagg-server: listening on 127\.0\.0\.1:(\d+)$", re.M)
 
@@ -21,8 +21,11 @@ class Server:
     """gradagg-server on 127.0.0.1:<free port>; a context manager (stop() on a clean exit,
     SIGKILL on an exception so a failure never leaves it running)."""
 
-    def __init__(self, binary: Path, workdir: Path, *, max_jobs: int = 64, start_timeout_s: float = 10.0) -> None:
+    def __init__(self, binary: Path, workdir: Path, *, max_jobs: int = 64, start_timeout_s: float = 10.0,
+                 extra: Sequence[str] = ()) -> None:
+        """extra: more flags (a node relay's --relay-to ..., docs/relay.md)."""
         self.binary = Path(binary)
+        self.extra = list(extra)
         self.max_jobs = max_jobs  # a job stays on the server after its ranks leave: one per run
         self.workdir = Path(workdir)
         self.start_timeout_s = start_timeout_s
@@ -46,7 +49,7 @@ class Server:
         with open(out_path, "w") as out, open(self.workdir / "server.log", "w") as err:
             self.proc = subprocess.Popen(
                 [str(self.binary), "--listen", "127.0.0.1:0", "--admin-listen", "", "--data-dir", str(data),
-                 "--max-jobs", str(self.max_jobs)],
+                 "--max-jobs", str(self.max_jobs), *self.extra],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True)  # a ^C reaches the coordinator, which stops it in order
         deadline = time.monotonic() + self.start_timeout_s
