@@ -634,8 +634,8 @@ void ga_core_drain(ga_core *c, void (*done)(void *arg), void *arg)
                           "the server is shutting down: the tensors this init awaits will not be created here");
         if (job->dir)
             ga_persist_final(job); /* the open step's commits are in the journal */
-        else if (!job->async && job->fault == GA_OK && job->step.committed > 0)
-            ga_core_step_close(job, false);
+        else if (!job->async && job->fault == GA_OK && job->step.committed > 0 && !job->uplink)
+            ga_core_step_close(job, false); /* a relay's stays open: its workers push it to the next relay */
     }
     drain_finish(c);
 }

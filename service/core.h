@@ -119,7 +119,8 @@ ga_status ga_core_restore(ga_core *c, char *why, size_t cap);
 /* SIGTERM: refuse new joins, inits and pushes (GA_E_DRAINING). With persistence, the open step
  * stays open (its commits are in the journal; the restarted server goes on with it) and every
  * job gets a final checkpoint; without, every open sync step that has at least one commit
- * closes with what it has. Then answer the pulls that can be answered and finish the rest with
+ * closes with what it has (but a node relay's: its workers push it again to the relay that
+ * replaces this one, docs/relay.md). Then answer the pulls that can be answered and finish the rest with
  * GA_E_DRAINING, and run done(arg) on the loop thread once no math or checkpoint is in flight
  * (before ga_core_drain returns when none is). Pulls that arrive later are answered when their
  * version exists, else refused with GA_E_DRAINING. Once. */

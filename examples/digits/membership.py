@@ -40,6 +40,7 @@ class Spec:
     min_world: int = 0      # > 0: an elastic job
     eval_every_s: float = 0.0  # > 0: evaluate the training loss this often (the curve)
     tag: str = ""           # the coordinator's name for this worker, echoed in its Report
+    codec: str = "none"     # how the worker pushes: a codec name, "2bit:auto" or "topk:<ratio>"
 
 
 @dataclass
@@ -82,6 +83,10 @@ def _train(spec: Spec) -> Report:
     net = mdl.build(spec.seed)
     m = spec.mode
     kwargs: Dict[str, Any] = dict(mode=m.mode, staleness=m.staleness, deadline_ms=m.deadline_ms, quorum=m.quorum)
+    name, _, param = spec.codec.partition(":")
+    kwargs["codec"] = name
+    if param:
+        kwargs["threshold" if name == "2bit" else "ratio"] = param if param == "auto" else float(param)
     if spec.min_world:
         kwargs["min_world_size"] = spec.min_world
     opt = DistributedOptimizer(net.named_parameters(), server=spec.server, job=spec.job, rank=spec.rank,

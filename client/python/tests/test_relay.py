@@ -163,10 +163,11 @@ def wait_for(what: str, check, seconds: float = 60.0) -> None:
     pytest.fail(f"never: {what}")
 
 
-@pytest.mark.parametrize("when", ["in-its-step", "after-its-push", "after-the-close"])
+@pytest.mark.parametrize("when", ["in-its-step", "sigterm-in-its-step", "after-its-push", "after-the-close"])
 def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) -> None:
     """Node 1's relay is SIGKILLed at step 5 and started again on its address: in-its-step, while
-    it holds ranks 4 and 5's acknowledged pushes and not 6 and 7's; after-its-push, once its
+    it holds ranks 4 and 5's acknowledged pushes and not 6 and 7's (sigterm-: stopped by SIGTERM
+    there, as a rolling update does: it drains without closing the step); after-its-push, once its
     node's sum reached the upstream step (node 0's workers held back, so the step stays open);
     after-the-close, stopped (SIGSTOP) once its push was in, killed after the upstream step
     closed and before its workers got the version. Its workers join it again and push again
@@ -175,18 +176,19 @@ def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) ->
     counted twice."""
     KILL_AT = 5
     release = {n: threading.Event() for n in ("node0", "late")}
-    held = {0, 1, 2, 3} if when != "in-its-step" else {6, 7}
+    in_step = when.endswith("in-its-step")
+    held = {6, 7} if in_step else {0, 1, 2, 3}
 
     def before_step(rank: int, s: int) -> None:
         if s == KILL_AT and rank in held:
-            assert release["node0" if when != "in-its-step" else "late"].wait(60)
+            assert release["late" if in_step else "node0"].wait(60)
 
     results: List = []
     t = threading.Thread(target=lambda: results.append(
         run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step), W, timeout=120)))
     t.start()
     relay = layout.relays[1]
-    if when == "in-its-step":
+    if in_step:
         wait_for("relay 1 holds 2 commits of step 5", lambda: status_of(relay, job).get("open_step") == KILL_AT
                  and status_of(relay, job).get("committed") == 2)
     else:
@@ -198,7 +200,7 @@ def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) ->
         relay.proc.send_signal(signal.SIGSTOP)
         release["node0"].set()
         wait_for("the upstream step 5 closed", lambda: status_of(layout.up, job).get("version") == KILL_AT + 1)
-    relay.stop()
+    relay.stop(signal.SIGTERM if when.startswith("sigterm") else signal.SIGKILL)
     layout.relays[1] = relay.restart()
     if when == "after-its-push":  # the new relay takes the still open upstream step, then node 0 closes it
         wait_for("relay 1 back at version 5", lambda: status_of(layout.relays[1], job).get("version") == KILL_AT)
