@@ -647,6 +647,13 @@ static void tensor_free(ga_tensor *t)
     ga_free(t->parts);
 }
 
+void ga_client_set_pull_tap(ga_client *c, void (*tap)(void *arg, const ga_pull_delta *d), void *arg)
+{
+    if (!c) return;
+    c->pull_tap = tap;
+    c->pull_tap_arg = arg;
+}
+
 void ga_client_set_successor(ga_client *c)
 {
     if (c) c->successor = true;

@@ -149,6 +149,8 @@ struct ga_client {
     float lr;
     bool abandoned;        /* ga_client_abandon: destroy without a Leave */
     bool successor;        /* ga_client_set_successor: a duplicate ack counts these gradients */
+    void (*pull_tap)(void *arg, const ga_pull_delta *d); /* ga_client_set_pull_tap */
+    void *pull_tap_arg;
     uint32_t push_weight;  /* ga_client_set_push_weight: the workers each push sums; 0 = 1 */
     ga_client_stats stats;
     float *scratch;        /* DGC masking: one chunk of decoded values */

@@ -253,6 +253,24 @@ void ga_client_abandon(ga_client *c);
  * that process's bytes, so it does not travel with the next step (as it would for a client
  * whose own earlier call's answer was lost). A node relay's (docs/relay.md). Before the steps. */
 void ga_client_set_successor(ga_client *c);
+
+/* One compressed delta that a pull applied: tensor `tensor` (registration order), elements
+ * [offset, offset + count), with the codec, its parameters and the payload as received, taking
+ * the tensor from version base_version to version. Borrowed for the call. */
+typedef struct ga_pull_delta {
+    int tensor;
+    uint64_t offset, count;
+    ga_codec_id codec;
+    ga_codec_params params;
+    const void *payload;
+    size_t len;
+    uint64_t version, base_version;
+} ga_pull_delta;
+/* tap(arg, d) for every delta chunk of every pull that succeeded, once it was applied, on the
+ * thread that ran the pull (one per shard, so calls may come from several threads at once),
+ * before ga_client_init or the step returns. fp32 chunks call nothing. NULL: none. For a node
+ * relay that serves the same bytes to its workers (docs/relay.md). Before init. */
+void ga_client_set_pull_tap(ga_client *c, void (*tap)(void *arg, const ga_pull_delta *d), void *arg);
 /* Deletes the job opt names on every shard (and lane) of opt.server: its parameters, journal,
  * checkpoints and metric series (the DeleteJob RPC; a token, with TLS, as opt gives). Refused
  * (GA_E_RANK_HELD, naming the rank) while a rank of it is live; GA_E_UNKNOWN_JOB when no shard

@@ -213,6 +213,12 @@ static ga_status pull_once(ga_client *c, ga_shard *sh, pull_state *ps, char *why
             }
         }
         ps->apply_s += ga_client_now() - t0;
+        for (size_t i = 0; i < ps->nheld && st == GA_OK && c->pull_tap; i++) {
+            const held_delta *h = &ps->held[i];
+            ga_pull_delta d = {(int)(h->t - c->tensors), h->off, h->msg->count, h->codec, h->params, h->payload,
+                               h->msg->payload.len, h->msg->version, h->msg->base_version};
+            c->pull_tap(c->pull_tap_arg, &d);
+        }
     }
     release_held(ps);
     if (st == GA_OK) {

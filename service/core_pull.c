@@ -21,26 +21,33 @@ static void answer(ga_job *job, ga_call *call, uint32_t rank, bool has_version, 
         job->members[rank].has_pulled = true;
         job->members[rank].pulled_version = v;
     }
-    bool delta = job->store_cfg.pull_codec != GA_CODEC_NONE && has_version && v >= 1 && have_version == v - 1;
+    bool delta = has_version && v >= 1 && have_version == v - 1;
     size_t pe = job->store_cfg.piece_elems;
     Gradagg__V1__Codec codec;
-    ga_codec_to_wire(job->store_cfg.pull_codec, &job->store_cfg.pull_params, &codec);
     for (size_t i = 0; i < job->ntensors; i++) {
         const ga_tensor *t = &job->tensors[i];
         if (!t->ready) continue;
         const ga_published *p = &t->pub;
-        size_t n = (size_t)t->elements, pieces = (n + pe - 1) / pe;
-        bool as_delta = delta && p->delta && p->delta_off && p->npieces == pieces;
+        /* A relay's pieces are the upstream's (store.h); the store's are uniform. */
+        bool relayed = p->piece_at != NULL;
+        size_t n = (size_t)t->elements, pieces = relayed ? p->npieces : (n + pe - 1) / pe;
+        bool as_delta = delta && (relayed || job->store_cfg.pull_codec != GA_CODEC_NONE) && p->delta && p->delta_off &&
+                        p->npieces == pieces;
+        if (as_delta && !relayed) ga_codec_to_wire(job->store_cfg.pull_codec, &job->store_cfg.pull_params, &codec);
         for (size_t k = 0; k < pieces; k++) {
             Gradagg__V1__PullChunk chunk = GRADAGG__V1__PULL_CHUNK__INIT;
-            size_t off = k * pe, count = n - off < pe ? n - off : pe;
+            size_t off = relayed ? p->piece_at[k] : k * pe;
+            size_t count = relayed ? p->piece_at[k + 1] - off : (n - off < pe ? n - off : pe);
             chunk.version = v;
             chunk.tensor = t->name;
             chunk.offset = off;
             chunk.count = count;
             if (as_delta) {
                 chunk.kind = GRADAGG__V1__PULL_KIND__PULL_DELTA;
-                if (p->delta_level) codec.threshold = p->delta_level[k]; /* the automatic pull threshold */
+                if (relayed)
+                    ga_codec_to_wire(p->delta_codec, &p->delta_params[k], &codec); /* as the upstream sent it */
+                else if (p->delta_level)
+                    codec.threshold = p->delta_level[k]; /* the automatic pull threshold */
                 chunk.codec = &codec;
                 chunk.base_version = v - 1;
                 ga_call_send(call, &chunk.base, ga_blob_ref(p->delta), p->delta_off[k],

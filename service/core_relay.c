@@ -3,6 +3,7 @@
  * upstream version back, which the job publishes to its workers as its own. Loop thread. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_internal.h"
@@ -246,6 +247,59 @@ static void sums_release(ga_job *job)
     job->relay_nsums = 0;
 }
 
+static int delta_order(const void *x, const void *y)
+{
+    const ga_pull_delta *a = *(const ga_pull_delta *const *)x, *b = *(const ga_pull_delta *const *)y;
+    return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* The upstream's deltas of tensor i, taking it from the job's version to res->version, as
+ * pieces of pub (store.h: piece_at, delta_params), so a worker that holds the job's version
+ * gets them byte for byte. Nothing when they do not cover the tensor once in one codec (it came
+ * as fp32, a copy failed): the worker then gets fp32. Out of memory: the same. */
+static void pass_deltas(const ga_job *job, const ga_uplink_result *res, size_t i, ga_published *pub)
+{
+    size_t nd = res->ndeltas[i], n = (size_t)job->tensors[i].elements, bytes = 0, at = 0;
+    if (nd == 0) return;
+    const ga_pull_delta **d = ga_malloc(nd * sizeof *d);
+    if (!d) return;
+    for (size_t k = 0; k < nd; k++) d[k] = &res->deltas[i][k];
+    qsort(d, nd, sizeof *d, delta_order);
+    for (size_t k = 0; k < nd; k++) {
+        if (d[k]->offset != at || d[k]->version != res->version || d[k]->base_version != job->version ||
+            d[k]->codec != d[0]->codec) {
+            ga_free(d);
+            return;
+        }
+        at += (size_t)d[k]->count;
+        bytes += d[k]->len;
+    }
+    pub->piece_at = at == n ? ga_malloc((nd + 1) * sizeof *pub->piece_at) : NULL;
+    pub->delta_off = pub->piece_at ? ga_malloc((nd + 1) * sizeof *pub->delta_off) : NULL;
+    pub->delta_params = pub->delta_off ? ga_malloc(nd * sizeof *pub->delta_params) : NULL;
+    pub->delta = pub->delta_params ? ga_blob_create(bytes ? bytes : 4) : NULL;
+    if (!pub->delta) {
+        ga_free(pub->piece_at), ga_free(pub->delta_off), ga_free(pub->delta_params);
+        pub->piece_at = pub->delta_off = NULL;
+        pub->delta_params = NULL;
+        ga_free(d);
+        return;
+    }
+    size_t off = 0;
+    for (size_t k = 0; k < nd; k++) {
+        pub->piece_at[k] = (size_t)d[k]->offset;
+        pub->delta_off[k] = off;
+        pub->delta_params[k] = d[k]->params;
+        memcpy(pub->delta->data + off, d[k]->payload, d[k]->len);
+        off += d[k]->len;
+    }
+    pub->delta_off[nd] = off;
+    pub->piece_at[nd] = n;
+    pub->npieces = nd;
+    pub->delta_codec = d[0]->codec;
+    ga_free(d);
+}
+
 /* The upstream's next version: every tensor's values in a new blob, published as the job's. */
 static void step_returned(ga_job *job, const ga_uplink_result *res)
 {
@@ -262,12 +316,13 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
         return;
     }
     for (size_t i = 0; i < job->ntensors; i++) {
+        ga_published next = {.full = full[i]};
+        pass_deltas(job, res, i, &next);
         ga_published *old = &job->tensors[i].pub;
-        size_t npieces = old->npieces;
         ga_blob_retire(old->full, &job->core->pinned);
+        if (old->delta) ga_blob_retire(old->delta, &job->core->pinned);
         ga_published_clear(old);
-        old->full = full[i];
-        old->npieces = npieces;
+        *old = next;
     }
     ga_free(full);
     job->version = res->version;

@@ -53,6 +53,13 @@ typedef struct ga_published {
     float *delta_level;   /* npieces, with pull_auto_bits: the threshold (level) each piece's
                              payload carries; NULL otherwise (owned like delta_off) */
     size_t npieces;
+    /* A node relay's publication (core_relay.c), never the store's: the upstream's delta pieces
+     * passed on as they came. piece_at: npieces + 1 element offsets (piece i is elements
+     * [piece_at[i], piece_at[i + 1])); delta_params: each piece's codec parameters, of
+     * delta_codec. NULL: the uniform pieces above and the job's pull codec. Owned like delta_off. */
+    size_t *piece_at;
+    ga_codec_id delta_codec;
+    ga_codec_params *delta_params;
 } ga_published;
 /* Releases the references and the offsets; leaves *p zeroed. */
 void ga_published_clear(ga_published *p);

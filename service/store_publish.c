@@ -21,6 +21,8 @@ void ga_published_clear(ga_published *p)
     ga_blob_unref(p->delta);
     ga_free(p->delta_off);
     ga_free(p->delta_level);
+    ga_free(p->piece_at);
+    ga_free(p->delta_params);
     memset(p, 0, sizeof *p);
 }
 

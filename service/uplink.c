@@ -26,6 +26,10 @@ struct ga_uplink {
     ga_client *client;
     float **values; /* per tensor: the parameters the SDK pulls into */
     size_t ntensors;
+    /* The deltas the running command's pulls applied, per tensor (the pull tap; shard threads). */
+    pthread_mutex_t tap_mu;
+    ga_pull_delta **deltas;
+    size_t *ndeltas, *deltas_cap;
     ga_uplink_tensor *tensors; /* the init's, copied */
     uint64_t **shapes;
 
@@ -54,7 +58,43 @@ struct ga_uplink {
     void *arg;
 };
 
-/* ---- on the uplink's thread ---- */
+/* ---- on the uplink's thread (and, for the tap, the SDK's shard threads) ---- */
+
+static void deltas_clear(ga_uplink *u)
+{
+    for (size_t i = 0; u->deltas && i < u->ntensors; i++) {
+        for (size_t k = 0; k < u->ndeltas[i]; k++) ga_free((void *)u->deltas[i][k].payload);
+        u->ndeltas[i] = 0;
+    }
+}
+
+/* The SDK's pull tap: a copy of each delta it applied. Out of memory: the tensor's list is
+ * marked incomplete (deltas_cap SIZE_MAX), and the relay serves fp32 for it. */
+static void tap(void *arg, const ga_pull_delta *d)
+{
+    ga_uplink *u = arg;
+    size_t i = (size_t)d->tensor;
+    pthread_mutex_lock(&u->tap_mu);
+    if (u->deltas_cap[i] != SIZE_MAX && u->ndeltas[i] == u->deltas_cap[i]) {
+        size_t ncap = u->deltas_cap[i] ? 2 * u->deltas_cap[i] : 8;
+        ga_pull_delta *grown = ga_malloc(ncap * sizeof *grown);
+        if (grown) {
+            if (u->ndeltas[i]) memcpy(grown, u->deltas[i], u->ndeltas[i] * sizeof *grown);
+            ga_free(u->deltas[i]);
+            u->deltas[i] = grown;
+        }
+        u->deltas_cap[i] = grown ? ncap : SIZE_MAX;
+    }
+    void *copy = u->deltas_cap[i] != SIZE_MAX ? ga_malloc(d->len ? d->len : 1) : NULL;
+    if (copy) {
+        memcpy(copy, d->payload, d->len);
+        u->deltas[i][u->ndeltas[i]] = *d;
+        u->deltas[i][u->ndeltas[i]++].payload = copy;
+    } else {
+        u->deltas_cap[i] = SIZE_MAX;
+    }
+    pthread_mutex_unlock(&u->tap_mu);
+}
 
 static ga_status fail(ga_uplink *u, ga_status st, const char *what)
 {
@@ -71,6 +111,7 @@ static ga_status run_init(ga_uplink *u)
         snprintf(u->why, sizeof u->why, "upstream join of '%s' at %s: %s", u->job, u->server, msg);
         return st;
     }
+    ga_client_set_pull_tap(u->client, tap, u);
     for (size_t i = 0; i < u->ntensors; i++) {
         ga_tensor_options to = GA_TENSOR_OPTIONS_INIT;
         to.codec = u->codec;
@@ -92,6 +133,9 @@ static ga_status run_init(ga_uplink *u)
 
 static ga_status run_step(ga_uplink *u)
 {
+    deltas_clear(u);
+    for (size_t i = 0; i < u->ntensors; i++)
+        if (u->deltas_cap[i] == SIZE_MAX) u->deltas_cap[i] = 0; /* marked incomplete last time */
     ga_status st = ga_client_set_push_weight(u->client, u->weight);
     if (st == GA_OK) st = ga_client_step(u->client, (const float *const *)u->sums);
     if (st != GA_OK) return fail(u, st, "step");
@@ -119,6 +163,10 @@ static void run_leave(ga_uplink *u)
 static void uplink_free(ga_uplink *u)
 {
     ga_client_abandon(u->client);
+    deltas_clear(u);
+    for (size_t i = 0; u->deltas && i < u->ntensors; i++) ga_free(u->deltas[i]);
+    ga_free(u->deltas), ga_free(u->ndeltas), ga_free(u->deltas_cap);
+    pthread_mutex_destroy(&u->tap_mu);
     for (size_t i = 0; i < u->ntensors; i++) {
         ga_free(u->values[i]);
         ga_free(u->shapes[i]);
@@ -179,8 +227,12 @@ static void on_done(uv_async_t *a)
     bool ready = u->busy && u->cmd == CMD_NONE;
     pthread_mutex_unlock(&u->mu);
     if (!ready) return;
+    /* The tap's lists are complete (SIZE_MAX: a copy failed, pass none on). */
+    for (size_t i = 0; i < u->ntensors; i++)
+        if (u->deltas_cap[i] == SIZE_MAX) u->ndeltas[i] = 0;
     ga_uplink_result res = {.st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
-                            .counted_step = u->counted_step, .params = u->values};
+                            .counted_step = u->counted_step, .params = u->values,
+                            .deltas = (const ga_pull_delta *const *)u->deltas, .ndeltas = u->ndeltas};
     u->busy = false;
     u->done(u->arg, &res);
 }
@@ -248,6 +300,7 @@ ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *plac
     u->arg = arg;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    pthread_mutex_init(&u->tap_mu, NULL);
     uv_async_init(loop, &h->async, on_done);
     h->async.data = h;
     h->u = u;
@@ -259,6 +312,7 @@ ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *plac
         ga_free(u->server), ga_free(u->job);
         pthread_mutex_destroy(&u->mu);
         pthread_cond_destroy(&u->cv);
+        pthread_mutex_destroy(&u->tap_mu);
         ga_free(u);
         return ga_status_fail(GA_E_NOMEM, why, cap, "cannot start the uplink thread of job '%s'", job);
     }
@@ -285,7 +339,10 @@ ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, cons
     u->tensors = ga_calloc(n + 1, sizeof *u->tensors);
     u->values = ga_calloc(n + 1, sizeof *u->values);
     u->shapes = ga_calloc(n + 1, sizeof *u->shapes);
-    if (!u->tensors || !u->values || !u->shapes) return GA_E_NOMEM;
+    u->deltas = ga_calloc(n + 1, sizeof *u->deltas);
+    u->ndeltas = ga_calloc(n + 1, sizeof *u->ndeltas);
+    u->deltas_cap = ga_calloc(n + 1, sizeof *u->deltas_cap);
+    if (!u->tensors || !u->values || !u->shapes || !u->deltas || !u->ndeltas || !u->deltas_cap) return GA_E_NOMEM;
     for (size_t i = 0; i < n; i++) {
         u->ntensors = i + 1;
         u->tensors[i] = t[i];

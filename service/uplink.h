@@ -14,6 +14,7 @@
 #include "ga_codec.h"
 #include "ga_methods.h"
 #include "ga_status.h"
+#include "gradagg.h"
 #include "relay.h"
 
 typedef struct ga_uplink ga_uplink;
@@ -34,6 +35,11 @@ typedef struct ga_uplink_result {
     bool counted;
     uint64_t counted_step;
     float *const *params; /* per tensor, the upstream's published copy; owned by the uplink, valid in done */
+    /* Per tensor, the compressed deltas the pull that brought `params` applied (ndeltas[i] of
+     * them, in arrival order; none when it came as fp32), payloads owned by the uplink, valid in
+     * done: a relay serves them on to its workers byte for byte. */
+    const ga_pull_delta *const *deltas;
+    const size_t *ndeltas;
 } ga_uplink_result;
 
 /* Loop thread: the result of the last command. */

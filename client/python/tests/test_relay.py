@@ -149,6 +149,49 @@ def test_two_relays_of_four_equal_the_scalar_model(layout: Layout, job: str, wor
         assert set(received) == {"2bit"}, received
 
 
+def test_compressed_pulls_pass_through_the_relays(layout: Layout, job: str) -> None:
+    """A job with 2bit pulls (fixed threshold): each relay pulls the upstream's delta once and
+    serves the same bytes to its workers, who pull compressed (not fp32) and end holding the
+    upstream's published copy, bit for bit the model's: q += 2bit(p - q) after each SGD step on
+    p, the gradients computed at q."""
+    tp = 0.002
+    data = [regression_data(r) for r in range(W)]
+
+    def worker(rank: int):
+        w, b = regression_init()
+        with gradagg.Client(layout.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
+                            pull_codec="2bit", pull_threshold=tp, pull_auto_bits=0.0, **FAST) as c:
+            c.add_tensor("w", w)
+            c.add_tensor("b", b)
+            c.init()
+            pulled = []
+            for _ in range(STEPS):
+                c.step(regression_grads(w, b, *data[rank]))
+                pulled.append(c.stats.bytes_pulled)
+            return w, b, c.version, pulled
+
+    out = run_ranks(worker, W, timeout=120)
+    p = list(regression_init())
+    q = [x.copy() for x in p]
+    for _ in range(STEPS):
+        total = [np.zeros_like(x) for x in p]
+        for n in range(NODES):
+            node = [np.zeros_like(x) for x in p]
+            for r in range(n * K, (n + 1) * K):
+                node = [(a + g).astype(F32) for a, g in zip(node, regression_grads(q[0], q[1], *data[r]))]
+            total = [(a + g).astype(F32) for a, g in zip(total, node)]
+        p = [(x - F32(LR) * (g * F32(1.0 / W))).astype(F32) for x, g in zip(p, total)]
+        for i in range(2):
+            d = (p[i] - q[i]).astype(F32)
+            q[i] = (q[i] + np.where(d >= F32(tp), F32(tp), np.where(d <= F32(-tp), F32(-tp), F32(0)))).astype(F32)
+    fp32 = (q[0].size + q[1].size) * 4
+    for r, (w, b, v, pulled) in enumerate(out):
+        assert v == STEPS
+        np.testing.assert_array_equal(w, q[0], err_msg=f"rank {r}")
+        np.testing.assert_array_equal(b, q[1], err_msg=f"rank {r}")
+        assert max(pulled[1:]) < fp32 / 4, f"rank {r} pulled {pulled} bytes a step (fp32: {fp32})"
+
+
 def status_of(server: Server, job: str) -> Dict:
     rc, doc = cli_json("--server", server.addr, "status", job)
     return doc["shards"][0] if rc == 0 else {}
