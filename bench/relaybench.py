@@ -32,13 +32,13 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import netbench  # noqa: E402
 import netbench_net as nn  # noqa: E402
 from netbench import Interrupted, machine, on_signal  # noqa: E402
 from netbench_procs import Proc, check_build  # noqa: E402
@@ -59,35 +59,16 @@ CODECS = {
 }
 
 
-@dataclass
-class Bench:
-    args: argparse.Namespace
-    env: Dict[str, str]
-    logdir: str
-    net: Optional[nn.Network] = None
-    procs: List[Proc] = field(default_factory=list)
-    dirs: List[str] = field(default_factory=list)
-    row_id: int = 0
-    port: int = 29500
+class Bench(netbench.Bench):
+    """netbench's processes, namespaces and logs; the rows of this benchmark."""
 
-    def spawn(self, name: str, node: str, argv: List[str], stdin: bool = False) -> Proc:
-        p = Proc(f"{name} (row {self.row_id})", self.net.exec_prefix(node) + argv,
-                 os.path.join(self.logdir, f"{self.row_id:03d}-{name}.log"), env=self.env, stdin=stdin)
-        self.procs.append(p)
-        return p
-
-    def stop_all(self) -> None:
-        while self.procs:
-            self.procs.pop().stop(grace=20)
-        for d in self.dirs:
-            import shutil
-            shutil.rmtree(d, ignore_errors=True)
-        self.dirs.clear()
+    def spawn_in(self, name: str, node: str, argv: List[str], stdin: bool = False) -> Proc:
+        return self.spawn(name, self.net.exec_prefix(node) + argv, stdin=stdin)
 
     def server(self, name: str, node: str, listen: str, extra: List[str], deadline: float) -> Proc:
         data = tempfile.mkdtemp(prefix="grb-data-")
         self.dirs.append(data)
-        p = self.spawn(name, node, [self.args.server, "--listen", listen, "--admin-listen", "", "--data-dir", data,
+        p = self.spawn_in(name, node, [self.args.server, "--listen", listen, "--admin-listen", "", "--data-dir", data,
                                     "--log-level", "warn", *extra])
         while True:
             line = p.next_line(deadline)
@@ -114,7 +95,7 @@ class Bench:
             argv = [sys.executable, os.path.join(HERE, "netbench_worker.py"), "--server", target, "--job", job,
                     "--rank", str(r), "--world", str(WORLD), "--elements", str(a.elements), "--warmup",
                     str(a.warmup), "--steps", str(a.steps), *([] if relay else spec["push"]), *spec["pull"]]
-            workers.append(self.spawn(f"w{r}-{job}", node, argv, stdin=True))
+            workers.append(self.spawn_in(f"w{r}-{job}", node, argv, stdin=True))
         return self.measure(workers, deadline)
 
     def run_gloo(self) -> Dict[str, Any]:
@@ -122,7 +103,7 @@ class Bench:
         deadline = time.monotonic() + a.run_timeout
         self.port += 1
         master = f"{self.net.nodes['w0'].addr}:{self.port}"
-        ranks = [self.spawn(f"w{r}-gloo", f"w{r // PER_NODE}", [
+        ranks = [self.spawn_in(f"w{r}-gloo", f"w{r // PER_NODE}", [
             sys.executable, os.path.join(HERE, "netbench_gloo.py"), "--rank", str(r), "--world", str(WORLD),
             "--master", master, "--iface", nn.IFACE, "--elements", str(a.elements), "--dtype", "fp32",
             "--warmup", str(a.warmup), "--steps", str(a.steps)], stdin=True) for r in range(WORLD)]
@@ -186,7 +167,7 @@ def main() -> int:
         signal.signal(s, on_signal)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "client", "python"), HERE]),
                GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", OMP_NUM_THREADS="1")
-    b = Bench(a, env, tempfile.mkdtemp(prefix="grb-logs-"))
+    b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="grb-logs-"))
     nn.sweep_stale()
     info: Dict[str, Any] = {"machine": machine(), "args": vars(a), "rows": []}
     failed = False
