@@ -141,6 +141,23 @@ void ga_core_metrics(const ga_core *c, ga_metrics_text *t)
         ga_label l = {"ga_job", c->jobs[i]->name};
         ga_metrics_histogram(t, "gradagg_push_staleness", &l, 1, &c->jobs[i]->staleness_hist);
     }
+    ga_metrics_family(t, "gradagg_relay_upstream_seconds", "histogram",
+                      "A node relay's exchange per step: its node's sum handed to the upstream member until the "
+                      "upstream version came back (push, the other nodes, pull).");
+    for (size_t i = 0; i < series_jobs(c); i++) {
+        if (!c->jobs[i]->uplink) continue;
+        ga_label l = {"ga_job", c->jobs[i]->name};
+        ga_metrics_histogram(t, "gradagg_relay_upstream_seconds", &l, 1, &c->jobs[i]->relay_upstream_seconds);
+    }
+    ga_metrics_family(t, "gradagg_relay_upstream_bytes_total", "counter",
+                      "A node relay's payload bytes to and from the upstream job, by direction (pushed, pulled).");
+    for (size_t i = 0; i < series_jobs(c); i++) {
+        if (!c->jobs[i]->uplink) continue;
+        ga_label pushed[] = {{"ga_job", c->jobs[i]->name}, {"direction", "pushed"}};
+        ga_label pulled[] = {{"ga_job", c->jobs[i]->name}, {"direction", "pulled"}};
+        ga_metrics_u64(t, "gradagg_relay_upstream_bytes_total", pushed, 2, c->jobs[i]->relay_pushed_bytes);
+        ga_metrics_u64(t, "gradagg_relay_upstream_bytes_total", pulled, 2, c->jobs[i]->relay_pulled_bytes);
+    }
     write_received(c, t, "gradagg_received_bytes_total",
                    "Payload bytes of committed pushes as they came on the wire, by codec.", false);
     write_received(c, t, "gradagg_received_fp32_bytes_total",

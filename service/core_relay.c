@@ -236,6 +236,7 @@ void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_publishe
     job->relay_nsums = n;
     job->relay_ptrs = ptrs;
     job->relay_step_start_ns = start_ns;
+    job->relay_handed_ns = uv_hrtime();
 }
 
 static void sums_release(ga_job *job)
@@ -327,6 +328,9 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
     ga_free(full);
     job->version = res->version;
     job->steps++;
+    ga_histogram_observe(&job->relay_upstream_seconds, (double)(uv_hrtime() - job->relay_handed_ns) * 1e-9);
+    job->relay_pushed_bytes += res->bytes_pushed;
+    job->relay_pulled_bytes += res->bytes_pulled;
     if (job->relay_step_start_ns)
         ga_histogram_observe(&job->step_seconds, (double)(uv_hrtime() - job->relay_step_start_ns) * 1e-9);
     job->store_bytes = ga_store_bytes(job->store);

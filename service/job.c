@@ -286,6 +286,7 @@ ga_status ga_job_create(struct ga_core *core, uv_loop_t *loop, const char *name,
     job->store_cfg = set->store;
     ga_histogram_init(&job->step_seconds, ga_metrics_step_bounds, ga_metrics_step_nbounds);
     ga_histogram_init(&job->staleness_hist, ga_metrics_staleness_bounds, ga_metrics_staleness_nbounds);
+    ga_histogram_init(&job->relay_upstream_seconds, ga_metrics_step_bounds, ga_metrics_step_nbounds);
     if (!(job->name = ga_strdup(name)) || !(job->config = copy_config(cfg)) ||
         !(job->records = ga_calloc(GA_JOB_STEP_RECORDS, sizeof *job->records)) ||
         !(job->members = ga_calloc(set->world, sizeof *job->members)) ||

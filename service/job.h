@@ -134,6 +134,9 @@ typedef struct ga_job {
     size_t relay_nsums;
     const float **relay_ptrs;
     uint64_t relay_step_start_ns;
+    uint64_t relay_handed_ns;           /* when the open exchange's sums went to the uplink */
+    ga_histogram relay_upstream_seconds; /* each exchange: sums handed over to version back */
+    uint64_t relay_pushed_bytes, relay_pulled_bytes; /* upstream payload bytes, all exchanges */
     /* The step the relay's job opened at, and whether (counted) the steps before it up to
      * relay_counted_step reached the upstream sum through this node (a relay restarted after
      * its push): a worker's push again of such a step is a duplicate, not a late push. */

@@ -45,13 +45,13 @@ struct ga_uplink {
     uint64_t step;
     uint32_t weight;
     const float *const *sums;
-    bool await;
 
     ga_status st; /* the result */
     char why[512];
     uint64_t version;
     bool counted;
     uint64_t counted_step;
+    uint64_t bytes_pushed, bytes_pulled;
 
     done_handle *done_h;
     ga_uplink_done done;
@@ -139,6 +139,10 @@ static ga_status run_step(ga_uplink *u)
     ga_status st = ga_client_set_push_weight(u->client, u->weight);
     if (st == GA_OK) st = ga_client_step(u->client, (const float *const *)u->sums);
     if (st != GA_OK) return fail(u, st, "step");
+    ga_client_stats stats;
+    ga_client_get_stats(u->client, &stats);
+    u->bytes_pushed = stats.bytes_pushed;
+    u->bytes_pulled = stats.bytes_pulled;
     u->version = ga_client_version(u->client);
     if (u->version != u->step + 1) {
         snprintf(u->why, sizeof u->why,
@@ -231,7 +235,8 @@ static void on_done(uv_async_t *a)
     for (size_t i = 0; i < u->ntensors; i++)
         if (u->deltas_cap[i] == SIZE_MAX) u->ndeltas[i] = 0;
     ga_uplink_result res = {.st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
-                            .counted_step = u->counted_step, .params = u->values,
+                            .counted_step = u->counted_step, .bytes_pushed = u->bytes_pushed,
+                            .bytes_pulled = u->bytes_pulled, .params = u->values,
                             .deltas = (const ga_pull_delta *const *)u->deltas, .ndeltas = u->ndeltas};
     u->busy = false;
     u->done(u->arg, &res);
@@ -354,7 +359,6 @@ ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, cons
         u->tensors[i].shape = u->shapes[i];
         if (values) memcpy(u->values[i], values[i], t[i].elements * sizeof(float));
     }
-    u->await = values == NULL;
     /* Only the upstream's rank 0 sends values (the SDK): node 0, which holds the job's rank 0. */
     return hand(u, CMD_INIT);
 }
@@ -379,8 +383,6 @@ void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason)
     }
     pthread_mutex_unlock(&u->mu);
 }
-
-bool ga_uplink_busy(const ga_uplink *u) { return u->busy; }
 
 void ga_uplink_destroy(ga_uplink *u)
 {

@@ -34,6 +34,7 @@ typedef struct ga_uplink_result {
      * so a restarted relay knows which of its workers' steps reached the upstream sum. */
     bool counted;
     uint64_t counted_step;
+    uint64_t bytes_pushed, bytes_pulled; /* payload bytes of this command's push and pulls */
     float *const *params; /* per tensor, the upstream's published copy; owned by the uplink, valid in done */
     /* Per tensor, the compressed deltas the pull that brought `params` applied (ndeltas[i] of
      * them, in arrival order; none when it came as fp32), payloads owned by the uplink, valid in
@@ -63,8 +64,6 @@ ga_status ga_uplink_step(ga_uplink *u, uint64_t step, uint32_t weight, const flo
 /* Leaves upstream once the running command (if any) returned: as failed with `reason`, or as
  * finished. No done. Once; later commands are refused. */
 void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason);
-/* A command runs. */
-bool ga_uplink_busy(const ga_uplink *u);
 /* Stops the thread without leaving (the member stays: a relay restarted in place takes it
  * back). A command still running finishes on its own and its result is dropped. Loop thread. */
 void ga_uplink_destroy(ga_uplink *u);

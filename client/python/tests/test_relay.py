@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -40,12 +42,25 @@ class Layout:
         (tmp / "up").mkdir()
         self.up = Server(binary, tmp / "up")
         self.relays: List[Server] = []
+        self.admin: List[str] = []  # each relay's /metrics
         auto = "auto" in relay_args
         for n in range(NODES):
             (tmp / f"node{n}").mkdir()
             place = [] if auto else ["--relay-node", str(n), "--relay-nodes", str(NODES)]
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.admin.append(f"127.0.0.1:{s.getsockname()[1]}")
             self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", self.up.addr, *place,
-                                      "--relay-workers", str(K), *[a for a in relay_args if a != "auto"]))
+                                      "--relay-workers", str(K), "--admin-listen", self.admin[-1],
+                                      *[a for a in relay_args if a != "auto"]))
+
+    def metric(self, node: int, sample: str) -> float:
+        """One sample of relay `node`'s /metrics, by its text up to the value."""
+        text = urllib.request.urlopen(f"http://{self.admin[node]}/metrics", timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"no {sample} in relay {node}'s metrics")
 
     def relay_of(self, rank: int) -> Server:
         return self.relays[rank // K]
@@ -147,6 +162,15 @@ def test_two_relays_of_four_equal_the_scalar_model(layout: Layout, job: str, wor
     if relay_codec == "2bit":  # the cross-node pushes were 2bit: 16x smaller than fp32
         received = {c["codec"]: c for c in status["received"]}
         assert set(received) == {"2bit"}, received
+    # Each relay's metrics: one upstream exchange per step, fp32 bytes (codec none) both ways.
+    fp32 = (want[0].size + want[1].size) * 4
+    label = f'ga_job="{job}"'
+    for n in range(NODES):
+        assert layout.metric(n, f"gradagg_relay_upstream_seconds_count{{{label}}}") == STEPS
+        pushed = layout.metric(n, f'gradagg_relay_upstream_bytes_total{{{label},direction="pushed"}}')
+        pulled = layout.metric(n, f'gradagg_relay_upstream_bytes_total{{{label},direction="pulled"}}')
+        assert pulled == STEPS * fp32
+        assert pushed == STEPS * fp32 if relay_codec == "none" else 0 < pushed < STEPS * fp32 / 4
 
 
 def test_compressed_pulls_pass_through_the_relays(layout: Layout, job: str) -> None:
