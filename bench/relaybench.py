@@ -10,6 +10,7 @@ to --link both ways: the cross-node links. Inside a node, workers reach their re
                  pulls per step on each node's link);
   relay-<codec>  every worker pushes fp32 to its node's relay (gradagg-server --relay-to), which
                  pushes the node's sum upstream with <codec> and its own residual and pulls once;
+  relay-<codec>-inner (--inner) the same with the workers pushing <codec> to the relay too;
   gloo-fp32      torch.distributed gloo all_reduce fp32 of the same gradients over the same
                  layout (DDP's fp32 exchange): the reference.
 
@@ -19,7 +20,7 @@ carried per step (both directions), and for relay rows the ratios to flat's byte
 the same codec, against the targets (bytes <= 1/4, step <= 0.5x).
 
   sudo /usr/bin/python3 bench/relaybench.py [--server build/release/service/gradagg-server]
-       [--link 1gbit] [--elements 2500000] [--codecs none,fp16,2bit,topk] [--steps 5]
+       [--link 1gbit] [--elements 2500000] [--codecs none,fp16,2bit,topk] [--steps 5] [--inner]
 
 Needs root. Everything it creates is removed at the end, also on an error or a signal. Exit
 status: 0 when every row ran.
@@ -77,7 +78,8 @@ class Bench(netbench.Bench):
             if "listening on " in line:
                 return p
 
-    def run_gradagg(self, codec: str, relay: bool) -> Dict[str, Any]:
+    def run_gradagg(self, codec: str, relay: bool, inner: bool = False) -> Dict[str, Any]:
+        """relay: through node relays, whose workers push fp32 (inner: the codec, too)."""
         a, spec = self.args, CODECS[codec]
         deadline = time.monotonic() + a.run_timeout
         upstream = f"{self.net.nodes['s0'].addr}:{UPSTREAM_PORT}"
@@ -87,14 +89,14 @@ class Bench(netbench.Bench):
                 self.server(f"relay{n}", f"w{n}", f"127.0.0.1:{RELAY_PORT}",
                             ["--relay-to", upstream, "--relay-node", str(n), "--relay-nodes", str(NODES),
                              "--relay-workers", str(PER_NODE), "--relay-codec", spec["relay"]], deadline)
-        job = f"rb-{codec}-{'relay' if relay else 'flat'}"
+        job = f"rb-{codec}-{'relay' if relay else 'flat'}{'-inner' if inner else ''}"
         workers = []
         for r in range(WORLD):
             node = f"w{r // PER_NODE}"
             target = f"127.0.0.1:{RELAY_PORT}" if relay else upstream
             argv = [sys.executable, os.path.join(HERE, "netbench_worker.py"), "--server", target, "--job", job,
                     "--rank", str(r), "--world", str(WORLD), "--elements", str(a.elements), "--warmup",
-                    str(a.warmup), "--steps", str(a.steps), *([] if relay else spec["push"]), *spec["pull"]]
+                    str(a.warmup), "--steps", str(a.steps), *(spec["push"] if inner or not relay else []), *spec["pull"]]
             workers.append(self.spawn_in(f"w{r}-{job}", node, argv, stdin=True))
         return self.measure(workers, deadline)
 
@@ -135,8 +137,8 @@ class Bench(netbench.Bench):
 
 def line(row: Dict[str, Any]) -> str:
     if row["status"] != "ok":
-        return f"{row['system']:<14} FAILED: {row['error']}"
-    out = (f"{row['system']:<14} step {row['step_s'] * 1e3:9.1f} ms   node link {row['node_link_bytes'] / 1e6:9.3f} "
+        return f"{row['system']:<19} FAILED: {row['error']}"
+    out = (f"{row['system']:<19} step {row['step_s'] * 1e3:9.1f} ms   node link {row['node_link_bytes'] / 1e6:9.3f} "
            f"MB/step   server link {row['server_link_bytes'] / 1e6:9.3f} MB/step")
     if "bytes_ratio" in row:
         out += (f"   vs flat: bytes {row['bytes_ratio']:.3f} (target <= 0.25 {'met' if row['bytes_met'] else 'MISSED'})"
@@ -154,6 +156,8 @@ def main() -> int:
     ap.add_argument("--elements", type=int, default=2_500_000, help="floats in the model (one tensor)")
     ap.add_argument("--codecs", default="none,fp16,2bit,topk")
     ap.add_argument("--no-gloo", action="store_true")
+    ap.add_argument("--inner", action="store_true",
+                    help="also relay-<codec>-inner rows: the workers push the codec to their relay as well")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--run-timeout", type=float, default=600)
@@ -186,13 +190,16 @@ def main() -> int:
         gloo = rows[0] if rows and rows[0]["status"] == "ok" else None
         for codec in [c for c in a.codecs.split(",") if c]:
             flat = b.row(f"flat-{codec}", lambda: b.run_gradagg(codec, False))
-            relay = b.row(f"relay-{codec}", lambda: b.run_gradagg(codec, True))
-            if flat["status"] == relay["status"] == "ok":
-                relay["bytes_ratio"] = relay["node_link_bytes"] / flat["node_link_bytes"]
-                relay["step_ratio"] = relay["step_s"] / flat["step_s"]
-                relay["bytes_met"] = relay["bytes_ratio"] <= 0.25
-                relay["step_met"] = relay["step_ratio"] <= 0.5
-            for r in (flat, relay):
+            relays = [b.row(f"relay-{codec}", lambda: b.run_gradagg(codec, True))]
+            if a.inner and codec != "none":  # the workers push the codec to their relay too
+                relays.append(b.row(f"relay-{codec}-inner", lambda: b.run_gradagg(codec, True, inner=True)))
+            for relay in relays:
+                if flat["status"] == relay["status"] == "ok":
+                    relay["bytes_ratio"] = relay["node_link_bytes"] / flat["node_link_bytes"]
+                    relay["step_ratio"] = relay["step_s"] / flat["step_s"]
+                    relay["bytes_met"] = relay["bytes_ratio"] <= 0.25
+                    relay["step_met"] = relay["step_ratio"] <= 0.5
+            for r in [flat] + relays:
                 if gloo and r["status"] == "ok":
                     r["vs_gloo"] = r["step_s"] / gloo["step_s"]
                 rows.append(r)
