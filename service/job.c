@@ -453,5 +453,7 @@ uint64_t ga_job_bytes_per_element(const ga_job *job)
     if (job->store_cfg.optim == GA_OPTIM_SGD && job->store_cfg.sgd.momentum != 0.0f) floats += 1;
     if (job->store_cfg.optim == GA_OPTIM_ADAM) floats += 2;
     if (job->store_cfg.pull_codec != GA_CODEC_NONE) floats += 2; /* published copy, delta */
+    if (job->uplink) floats += 4; /* a relay's: the upstream copy it serves, and its upstream member's
+                                   * parameters, residual and encode scratch (uplink.c, the SDK) */
     return 4 * floats;
 }

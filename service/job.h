@@ -229,8 +229,8 @@ void ga_job_tensor_truncate(ga_job *job, size_t from);
  * incarnation that was a member when a rank failed). Message in why. */
 ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarnation, char *why, size_t cap);
 
-/* Estimated bytes the store will hold for n more elements (parameters, sum, optimizer state,
- * publications). */
+/* Estimated bytes a job holds per element (parameters, sum, optimizer state, publications; a
+ * relay's, also its upstream member's copies): what a new tensor is checked against. */
 uint64_t ga_job_bytes_per_element(const ga_job *job);
 
 #endif

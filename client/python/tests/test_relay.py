@@ -317,6 +317,45 @@ def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -
     assert_all_equal(out, scalar_model(STEPS, members), STEPS)
 
 
+def test_hostile_requests_to_a_relay(layout: Layout, job: str) -> None:
+    """Raw requests naming a rank of another node, for every method that names a rank (Join,
+    Leave, Heartbeat, Pull, Push, InitTensors), and Joins whose world size the relay cannot
+    place: each refused with its own status and message before the job changes; then the job
+    trains exactly as if none had come."""
+    import grpc
+    from _wire import channel, field_bytes, field_varint, init_chunk, join_request, pull_request, push_chunk
+    ch = channel(layout.relays[0].addr)
+    svc = "/gradagg.v1.Aggregator/"
+
+    def refused(method: str, request: bytes, code: grpc.StatusCode, says: str, stream: bool = False) -> None:
+        with pytest.raises(grpc.RpcError) as e:
+            if stream:
+                ch.stream_unary(svc + method)(iter([request]), timeout=10)
+            elif method == "Pull":
+                list(ch.unary_stream(svc + method)(request, timeout=10))
+            else:
+                ch.unary_unary(svc + method)(request, timeout=10)
+        assert e.value.code() == code and says in e.value.details(), (method, e.value.code(), e.value.details())
+
+    rank_msg = "rank 5 is not on this node: its relay serves ranks 0..3"
+    refused("Join", join_request(job, 5, 9, W), grpc.StatusCode.INVALID_ARGUMENT, rank_msg)
+    refused("Join", join_request(job, 0, 9, 6), grpc.StatusCode.INVALID_ARGUMENT,
+            "world_size 6 is not --relay-nodes x 4 workers per node")
+    refused("Join", join_request(job, 0, 9, 0), grpc.StatusCode.INVALID_ARGUMENT, "world_size 0")
+    ch.unary_unary(svc + "Join")(join_request(job, 0, 9, W), timeout=10)  # the job exists now
+    member = field_bytes(1, job.encode()) + field_varint(2, 5) + field_varint(3, 9)
+    refused("Leave", member, grpc.StatusCode.INVALID_ARGUMENT, rank_msg)
+    refused("Heartbeat", member, grpc.StatusCode.INVALID_ARGUMENT, rank_msg)
+    refused("Pull", pull_request(job, 5, 9, 0), grpc.StatusCode.INVALID_ARGUMENT, rank_msg)
+    refused("Push", push_chunk(job, 5, 9, 0, "w", 0, 1, b"\0" * 4), grpc.StatusCode.INVALID_ARGUMENT, rank_msg,
+            stream=True)
+    refused("InitTensors", init_chunk(job, 5, 9, "w", [1], 0, 1, b"\0" * 4), grpc.StatusCode.INVALID_ARGUMENT,
+            rank_msg, stream=True)
+    ch.unary_unary(svc + "Leave")(field_bytes(1, job.encode()) + field_varint(2, 0) + field_varint(3, 9), timeout=10)
+    out = run_ranks(lambda r: train(layout, job + "-after", r, 2), W, timeout=60)
+    assert_all_equal(out, scalar_model(2, [range(W)] * 2), 2)
+
+
 def test_what_a_relay_refuses(layout: Layout, job: str) -> None:
     """A rank of another node, an elastic rank, an async job, a world size that is not nodes x
     workers: each refused with its own status and message; the relay still serves its node."""
