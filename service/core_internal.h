@@ -81,8 +81,11 @@ bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what
  * the world size): it goes on without a failed rank. */
 bool ga_core_rank_goes_on(const ga_job *job);
 /* After a member change: forgets the failure once every incarnation it was reported to was
- * replaced or left. */
+ * replaced or left (a relay's job then joins upstream again: ga_core_relay_resume). */
 void ga_core_rank_replaced(ga_job *job);
+/* A relay's upstream job failed (`why`, the upstream's message): every incarnation that is a
+ * member here gets GA_E_RANK_FAILED, as after a rank of its own failed, until it is replaced. */
+void ga_core_job_failed_upstream(ga_job *job, const char *why);
 /* The periodic check of the members' leases (every rank_lost_ms / 4), and its end. */
 ga_status ga_core_lease_start(ga_core *c);
 void ga_core_lease_stop(ga_core *c);
@@ -159,8 +162,12 @@ void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_publishe
 /* A push of `step`, before the open one and not committed here, reached the upstream sum
  * through this node before the relay restarted: a duplicate (docs/relay.md, "Restart"). */
 bool ga_core_relay_counted(const ga_job *job, uint64_t step);
-/* The job finished or failed: its upstream member leaves so (once). */
+/* The job finished or failed: its upstream member leaves so (once until it joins again). */
 void ga_core_relay_leave(ga_job *job);
+/* A relay's job whose failure was forgotten (every incarnation that saw it replaced): its
+ * upstream member, which left, joins again as the same member; inits wait until the tensors
+ * hold the upstream version again. No-op for a job that is not a relay's or did not leave. */
+void ga_core_relay_resume(ga_job *job);
 /* Before the job is destroyed: the uplink stops, without leaving (a restarted relay is the same member). */
 void ga_core_relay_detach(ga_job *job);
 bool ga_core_init_cancel(ga_core *c, ga_call *call);

@@ -15,6 +15,27 @@
 #include "ga_wire.h"
 #include "log.h"
 
+/* Every incarnation that is a member now (and rank's, which may have just left) gets
+ * GA_E_RANK_FAILED with text from now on, its waiting calls at once. */
+static void fail_members(ga_job *job, uint32_t rank, const char *text)
+{
+    uint64_t *inc = job->failed_incarnations ? job->failed_incarnations : ga_calloc(job->world, sizeof *inc);
+    if (!inc) { /* cannot tell the incarnations apart: the whole job refuses work from now on */
+        ga_core_job_fault(job, GA_E_RANK_FAILED, "%s", text);
+        return;
+    }
+    for (uint32_t r = 0; r < job->world; r++) {
+        const ga_member *m = &job->members[r];
+        if (m->incarnation != 0 && (!m->left || r == rank)) inc[r] = m->incarnation;
+    }
+    job->failed_incarnations = inc;
+    snprintf(job->rank_failure, sizeof job->rank_failure, "%s", text);
+    ga_log(GA_LOG_ERROR, "%s", job->rank_failure);
+    /* Every waiting call is an incarnation's that was a member: each gets the failure now. */
+    ga_core_pulls_end(job, GA_E_RANK_FAILED, job->rank_failure);
+    ga_core_inits_end(job, GA_E_RANK_FAILED, job->rank_failure);
+}
+
 bool ga_core_rank_goes_on(const ga_job *job)
 {
     return !job->async && (job->min_world > 0 || (job->deadline_ms > 0 && job->quorum < job->world));
@@ -34,23 +55,21 @@ bool ga_core_rank_failed(ga_job *job, uint32_t rank, bool lost, const char *what
                job->name, rank, what, job->deadline_ms, job->quorum, job->world);
         return true;
     }
-    uint64_t *inc = job->failed_incarnations ? job->failed_incarnations : ga_calloc(job->world, sizeof *inc);
-    if (!inc) { /* cannot tell the incarnations apart: the whole job refuses work from now on */
-        ga_core_job_fault(job, GA_E_RANK_FAILED, "rank %u %s", rank, what);
-        return false;
-    }
-    for (uint32_t r = 0; r < job->world; r++) {
-        const ga_member *m = &job->members[r];
-        if (m->incarnation != 0 && (!m->left || r == rank)) inc[r] = m->incarnation;
-    }
-    job->failed_incarnations = inc;
-    snprintf(job->rank_failure, sizeof job->rank_failure, "job '%.60s' failed: rank %u %s", job->name, rank, what);
-    ga_log(GA_LOG_ERROR, "%s", job->rank_failure);
-    /* Every waiting call is an incarnation's that was a member: each gets the failure now. */
-    ga_core_pulls_end(job, GA_E_RANK_FAILED, job->rank_failure);
-    ga_core_inits_end(job, GA_E_RANK_FAILED, job->rank_failure);
+    char text[sizeof job->rank_failure];
+    /* A relay's job names the worker's rank in the whole job, as the worker knows it. */
+    uint32_t shown = job->uplink ? rank + job->relay_place.node * job->relay_place.workers : rank;
+    snprintf(text, sizeof text, "job '%.60s' failed: rank %u %s", job->name, shown, what);
+    fail_members(job, rank, text);
     ga_core_relay_leave(job);
     return false;
+}
+
+void ga_core_job_failed_upstream(ga_job *job, const char *why)
+{
+    if (job->failed_incarnations) return; /* failed already: that failure is the one reported */
+    char text[sizeof job->rank_failure];
+    snprintf(text, sizeof text, "job '%.60s' failed: upstream %s", job->name, ga_job_failure_cause(why));
+    fail_members(job, UINT32_MAX, text);
 }
 
 void ga_core_rank_replaced(ga_job *job)
@@ -64,6 +83,7 @@ void ga_core_rank_replaced(ga_job *job)
            job->rank_failure);
     ga_free(job->failed_incarnations);
     job->failed_incarnations = NULL;
+    ga_core_relay_resume(job);
 }
 
 /* ---- the lease ---- */

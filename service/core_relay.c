@@ -13,6 +13,8 @@
 #include "uplink.h"
 
 static void uplink_done(void *arg, const ga_uplink_result *res);
+static void hand_sums(ga_job *job);
+static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas);
 
 ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why)
 {
@@ -196,8 +198,31 @@ static void create_done(ga_task *t)
     ga_free(ct);
 }
 
+/* A job that joined upstream again (ga_core_relay_resume): its tensors take the upstream's
+ * version, which the node's workers get once their inits are answered. */
+static void rejoined(ga_job *job, const ga_uplink_result *res)
+{
+    if (res->version != job->version) {
+        ga_core_job_fault(job, GA_E_VERSION,
+                          "joined upstream again at version %" PRIu64 ", but this node holds version %" PRIu64
+                          ": the upstream job went on without it",
+                          res->version, job->version);
+        return;
+    }
+    if (!publish_values(job, res, false)) return;
+    job->relay_ready = true;
+    ga_log(GA_LOG_INFO, "job '%s': relayed again from version %" PRIu64, job->name, job->version);
+    if (job->relay_sums) hand_sums(job); /* the step the failure interrupted */
+    ga_core_inits_wake(job->core, job);
+    ga_core_pulls_serve(job);
+}
+
 static void init_returned(ga_job *job, const ga_uplink_result *res)
 {
+    if (job->ntensors && job->tensors[0].ready) {
+        rejoined(job, res);
+        return;
+    }
     create_task *ct = ga_calloc(1, sizeof *ct);
     ga_published *pubs = ga_calloc(job->ntensors + 1, sizeof *pubs);
     if (!ct || !pubs) {
@@ -219,24 +244,35 @@ bool ga_core_relay_counted(const ga_job *job, uint64_t step)
     return job->uplink && step < job->relay_first_step && job->relay_counted && step <= job->relay_counted_step;
 }
 
+/* Hands the held sums of step job->relay_step to the uplink. */
+static void hand_sums(ga_job *job)
+{
+    job->relay_handed_ns = uv_hrtime();
+    ga_status st = ga_uplink_step(job->uplink, job->relay_step, job->relay_weight, job->relay_ptrs);
+    if (st != GA_OK) ga_core_job_fault(job, st, "relaying step %" PRIu64 " upstream: %s", job->relay_step,
+                                       ga_strerror(st));
+}
+
 void ga_core_relay_step(ga_job *job, uint64_t step, uint32_t weight, ga_published *out, size_t n, uint64_t start_ns)
 {
     const float **ptrs = ga_calloc(n + 1, sizeof *ptrs);
     ga_status st = ptrs ? GA_OK : GA_E_NOMEM;
     if (st == GA_OK && job->relay_sums) st = GA_E_INVAL; /* the workers pull before they push: never */
-    for (size_t i = 0; st == GA_OK && i < n; i++) ptrs[i] = (const float *)out[i].full->data;
-    if (st == GA_OK) st = ga_uplink_step(job->uplink, step, weight, ptrs);
     if (st != GA_OK) {
         for (size_t i = 0; i < n; i++) ga_published_clear(&out[i]);
         ga_free(out), ga_free(ptrs);
         ga_core_job_fault(job, st, "relaying step %" PRIu64 " upstream: %s", step, ga_strerror(st));
         return;
     }
+    for (size_t i = 0; i < n; i++) ptrs[i] = (const float *)out[i].full->data;
     job->relay_sums = out;
     job->relay_nsums = n;
     job->relay_ptrs = ptrs;
+    job->relay_step = step;
+    job->relay_weight = weight;
     job->relay_step_start_ns = start_ns;
-    job->relay_handed_ns = uv_hrtime();
+    /* A member that left (its job failed upstream) takes them once it has joined again. */
+    if (!ga_uplink_departed(job->uplink)) hand_sums(job);
 }
 
 static void sums_release(ga_job *job)
@@ -301,8 +337,9 @@ static void pass_deltas(const ga_job *job, const ga_uplink_result *res, size_t i
     ga_free(d);
 }
 
-/* The upstream's next version: every tensor's values in a new blob, published as the job's. */
-static void step_returned(ga_job *job, const ga_uplink_result *res)
+/* The upstream's values (res->params) published as the job's: each tensor's in a new blob, with
+ * the upstream's delta pieces passed on when `deltas`. False (the job failed) out of memory. */
+static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas)
 {
     ga_blob **full = ga_calloc(job->ntensors + 1, sizeof *full);
     for (size_t i = 0; full && i < job->ntensors; i++) {
@@ -314,11 +351,11 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
         for (size_t i = 0; full && i < job->ntensors; i++) ga_blob_unref(full[i]);
         ga_free(full);
         ga_core_job_fault(job, GA_E_NOMEM, "out of memory taking upstream version %" PRIu64, res->version);
-        return;
+        return false;
     }
     for (size_t i = 0; i < job->ntensors; i++) {
         ga_published next = {.full = full[i]};
-        pass_deltas(job, res, i, &next);
+        if (deltas) pass_deltas(job, res, i, &next);
         ga_published *old = &job->tensors[i].pub;
         ga_blob_retire(old->full, &job->core->pinned);
         if (old->delta) ga_blob_retire(old->delta, &job->core->pinned);
@@ -326,6 +363,14 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
         *old = next;
     }
     ga_free(full);
+    job->store_bytes = ga_store_bytes(job->store);
+    return true;
+}
+
+/* The upstream's next version, published as the job's. */
+static void step_returned(ga_job *job, const ga_uplink_result *res)
+{
+    if (!publish_values(job, res, true)) return;
     job->version = res->version;
     job->steps++;
     ga_histogram_observe(&job->relay_upstream_seconds, (double)(uv_hrtime() - job->relay_handed_ns) * 1e-9);
@@ -333,7 +378,6 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
     job->relay_pulled_bytes += res->bytes_pulled;
     if (job->relay_step_start_ns)
         ga_histogram_observe(&job->step_seconds, (double)(uv_hrtime() - job->relay_step_start_ns) * 1e-9);
-    job->store_bytes = ga_store_bytes(job->store);
     ga_core_pulls_serve(job);
     ga_core_pulls_reclaim(job, false);
 }
@@ -341,7 +385,17 @@ static void step_returned(ga_job *job, const ga_uplink_result *res)
 static void uplink_done(void *arg, const ga_uplink_result *res)
 {
     ga_job *job = arg;
-    bool step = job->relay_sums != NULL;
+    bool step = res->step;
+    if (res->st == GA_E_RANK_FAILED) {
+        /* The upstream job failed (a rank of another node, or its relay): as a rank failure
+         * here, which restarting the node's workers gets over, as on a server; this member saw
+         * the failure, so it leaves (the upstream job goes on once every such member has). A
+         * step's sums stay held: the upstream did not count them, and the member pushes them
+         * once it has joined again (the workers' pushes again of that step are duplicates). */
+        ga_core_job_failed_upstream(job, res->why);
+        ga_uplink_leave(job->uplink, false, NULL);
+        return;
+    }
     if (res->st != GA_OK) {
         if (step) sums_release(job);
         ga_core_job_fault(job, res->st, "%s", res->why);
@@ -360,12 +414,30 @@ static void uplink_done(void *arg, const ga_uplink_result *res)
 
 void ga_core_relay_leave(ga_job *job)
 {
-    if (!job->uplink) return;
+    if (!job->uplink || ga_uplink_departed(job->uplink)) return;
     const char *failure = job->fault != GA_OK ? job->fault_why : job->failed_incarnations ? job->rank_failure : NULL;
     if (failure)
-        ga_uplink_leave(job->uplink, true, failure);
+        ga_uplink_leave(job->uplink, true, ga_job_failure_cause(failure)); /* the upstream names the job */
     else if (job->finished_ms)
         ga_uplink_leave(job->uplink, false, NULL);
+}
+
+void ga_core_relay_resume(ga_job *job)
+{
+    if (!job->uplink || !ga_uplink_departed(job->uplink) || job->fault != GA_OK || job->finished_ms) return;
+    /* Node 0 offers the values its workers hold, as its first init did (a no-op upstream, where
+     * the tensors exist); the others await. */
+    const float **values = job->relay_place.node == 0 ? ga_calloc(job->ntensors + 1, sizeof *values) : NULL;
+    for (size_t i = 0; values && i < job->ntensors; i++) values[i] = (const float *)job->tensors[i].pub.full->data;
+    ga_status st = job->relay_place.node == 0 && !values ? GA_E_NOMEM
+                                                         : ga_uplink_rejoin(job->uplink, (const float *const *)values);
+    ga_free(values);
+    if (st != GA_OK) {
+        ga_core_job_fault(job, st, "joining upstream again: %s", ga_strerror(st));
+        return;
+    }
+    job->relay_ready = false; /* inits wait for the upstream version */
+    ga_log(GA_LOG_INFO, "job '%s': every worker that saw the failure was replaced; joining upstream again", job->name);
 }
 
 void ga_core_relay_detach(ga_job *job)

@@ -447,6 +447,16 @@ ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarna
                 m->incarnation, incarnation);
 }
 
+const char *ga_job_failure_cause(const char *text)
+{
+    const char *cause = text;
+    for (const char *at = strstr(text, "job '"); at; at = strstr(at + 1, "job '")) {
+        const char *end = strstr(at, "' failed: ");
+        if (end) cause = end + strlen("' failed: ");
+    }
+    return cause;
+}
+
 uint64_t ga_job_bytes_per_element(const ga_job *job)
 {
     uint64_t floats = 3; /* parameters, sum, published full copy */

@@ -133,6 +133,8 @@ typedef struct ga_job {
     ga_published *relay_sums;
     size_t relay_nsums;
     const float **relay_ptrs;
+    uint64_t relay_step;   /* the step relay_sums hold */
+    uint32_t relay_weight; /* the workers they sum */
     uint64_t relay_step_start_ns;
     uint64_t relay_handed_ns;           /* when the open exchange's sums went to the uplink */
     ga_histogram relay_upstream_seconds; /* each exchange: sums handed over to version back */
@@ -232,5 +234,9 @@ ga_status ga_job_member_check(const ga_job *job, uint32_t rank, uint64_t incarna
 /* Estimated bytes a job holds per element (parameters, sum, optimizer state, publications; a
  * relay's, also its upstream member's copies): what a new tensor is checked against. */
 uint64_t ga_job_bytes_per_element(const ga_job *job);
+
+/* What a failure message says after its "job '<name>' failed: " (the last such prefix, as a
+ * relay's messages nest the upstream's), or the whole text without one. Borrows text. */
+const char *ga_job_failure_cause(const char *text);
 
 #endif

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "bundle.h"
 #include "ga_alloc.h"
@@ -37,10 +38,14 @@ struct ga_uplink {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     command cmd;  /* the next command (CMD_NONE: none) */
+    command last; /* the command the result is of */
     bool busy;    /* a command was handed and its result not yet taken by the loop */
     bool orphan;  /* destroyed while busy: the thread frees everything when its command returns */
     bool running; /* the thread runs a command or the leave */
-    bool leave, leave_failed, left;
+    bool leave;   /* a leave is asked for: the thread runs it before any later command */
+    bool leave_failed;
+    bool rejoin;  /* the init is a rejoin (ga_uplink_rejoin): waits out the upstream's failure */
+    bool departed; /* left (or leaving) and not joined again: steps are refused */
     char leave_reason[200];
     uint64_t step;
     uint32_t weight;
@@ -103,9 +108,11 @@ static ga_status fail(ga_uplink *u, ga_status st, const char *what)
     return st;
 }
 
-static ga_status run_init(ga_uplink *u)
+static ga_status join_and_init(ga_uplink *u)
 {
     char msg[256];
+    ga_client_abandon(u->client); /* an earlier init's that failed: no Leave, the same member */
+    u->client = NULL;
     ga_status st = ga_client_create(&u->opt, &u->client, msg, sizeof msg);
     if (st != GA_OK) {
         snprintf(u->why, sizeof u->why, "upstream join of '%s' at %s: %s", u->job, u->server, msg);
@@ -129,6 +136,30 @@ static ga_status run_init(ga_uplink *u)
     if ((st = ga_client_committed_step(u->client, &u->counted, &u->counted_step)) != GA_OK)
         return fail(u, st, "status");
     return GA_OK;
+}
+
+static bool orphaned(ga_uplink *u)
+{
+    pthread_mutex_lock(&u->mu);
+    bool o = u->orphan;
+    pthread_mutex_unlock(&u->mu);
+    return o;
+}
+
+/* An init, or a rejoin after the upstream job failed: while the upstream still holds that
+ * failure (another node's member has not left yet), GA_E_RANK_FAILED, tried again for up to
+ * REJOIN_WAIT_MS. */
+#define REJOIN_WAIT_MS 120000u
+static ga_status run_init(ga_uplink *u)
+{
+    ga_status st = join_and_init(u);
+    for (uint32_t waited = 0, ms = 50; u->rejoin && st == GA_E_RANK_FAILED && waited < REJOIN_WAIT_MS && !orphaned(u);
+         waited += ms, ms = ms < 2000 ? 2 * ms : 2000) {
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        st = join_and_init(u);
+    }
+    return st;
 }
 
 static ga_status run_step(ga_uplink *u)
@@ -188,8 +219,8 @@ static void *uplink_thread(void *arg)
     ga_uplink *u = arg;
     pthread_mutex_lock(&u->mu);
     for (;;) {
-        while (u->cmd == CMD_NONE && !(u->leave && !u->left)) pthread_cond_wait(&u->cv, &u->mu);
-        command cmd = u->cmd;
+        while (u->cmd == CMD_NONE && !u->leave) pthread_cond_wait(&u->cv, &u->mu);
+        command cmd = u->leave && u->cmd != CMD_EXIT ? CMD_NONE : u->cmd; /* a leave goes first */
         if (cmd == CMD_EXIT) break;
         u->running = true;
         pthread_mutex_unlock(&u->mu);
@@ -203,9 +234,10 @@ static void *uplink_thread(void *arg)
         pthread_mutex_lock(&u->mu);
         u->running = false;
         if (cmd == CMD_NONE) {
-            u->left = true;
+            u->leave = false;
         } else {
             u->st = st;
+            u->last = cmd;
             u->cmd = CMD_NONE;
         }
         if (u->orphan) break;
@@ -234,7 +266,7 @@ static void on_done(uv_async_t *a)
     /* The tap's lists are complete (SIZE_MAX: a copy failed, pass none on). */
     for (size_t i = 0; i < u->ntensors; i++)
         if (u->deltas_cap[i] == SIZE_MAX) u->ndeltas[i] = 0;
-    ga_uplink_result res = {.st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
+    ga_uplink_result res = {.step = u->last == CMD_STEP, .st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
                             .counted_step = u->counted_step, .bytes_pushed = u->bytes_pushed,
                             .bytes_pulled = u->bytes_pulled, .params = u->values,
                             .deltas = (const ga_pull_delta *const *)u->deltas, .ndeltas = u->ndeltas};
@@ -328,8 +360,9 @@ ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *plac
 static ga_status hand(ga_uplink *u, command cmd)
 {
     pthread_mutex_lock(&u->mu);
-    bool refused = u->busy || u->leave;
+    bool refused = u->busy || (cmd == CMD_STEP && u->departed);
     if (!refused) {
+        if (cmd == CMD_INIT) u->departed = false;
         u->busy = true;
         u->cmd = cmd;
         pthread_cond_signal(&u->cv);
@@ -375,7 +408,8 @@ ga_status ga_uplink_step(ga_uplink *u, uint64_t step, uint32_t weight, const flo
 void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason)
 {
     pthread_mutex_lock(&u->mu);
-    if (!u->leave) {
+    if (!u->departed) {
+        u->departed = true;
         u->leave = true;
         u->leave_failed = failed;
         snprintf(u->leave_reason, sizeof u->leave_reason, "%s", reason ? reason : "");
@@ -384,13 +418,24 @@ void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason)
     pthread_mutex_unlock(&u->mu);
 }
 
+bool ga_uplink_departed(const ga_uplink *u) { return u->departed; }
+
+ga_status ga_uplink_rejoin(ga_uplink *u, const float *const *values)
+{
+    if (u->busy || !u->tensors || !u->departed) return GA_E_INVAL;
+    for (size_t i = 0; values && i < u->ntensors; i++)
+        memcpy(u->values[i], values[i], u->tensors[i].elements * sizeof(float));
+    u->rejoin = true;
+    return hand(u, CMD_INIT);
+}
+
 void ga_uplink_destroy(ga_uplink *u)
 {
     if (!u) return;
     done_handle *h = u->done_h;
     h->u = NULL;
     pthread_mutex_lock(&u->mu);
-    bool running = u->running || u->cmd != CMD_NONE || (u->leave && !u->left);
+    bool running = u->running || u->cmd != CMD_NONE || u->leave;
     if (running) {
         u->orphan = true; /* checked under the lock before every send: none follows the close */
     } else {

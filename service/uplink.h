@@ -27,6 +27,7 @@ typedef struct ga_uplink_tensor {
 } ga_uplink_tensor;
 
 typedef struct ga_uplink_result {
+    bool step; /* the result of a step (else of an init or a rejoin) */
     ga_status st;
     const char *why;      /* with an error: what failed */
     uint64_t version;     /* the upstream version params hold */
@@ -62,8 +63,16 @@ ga_status ga_uplink_init(ga_uplink *u, const ga_uplink_tensor *t, size_t n, cons
  * other than step + 1 is an error. GA_E_INVAL while a command runs. */
 ga_status ga_uplink_step(ga_uplink *u, uint64_t step, uint32_t weight, const float *const *sums);
 /* Leaves upstream once the running command (if any) returned: as failed with `reason`, or as
- * finished. No done. Once; later commands are refused. */
+ * finished. No done. Steps are refused from then on, until a rejoin; a second leave before it
+ * is a no-op. */
 void ga_uplink_leave(ga_uplink *u, bool failed, const char *reason);
+/* A leave was asked for and no rejoin since. Loop thread. */
+bool ga_uplink_departed(const ga_uplink *u);
+/* After a leave: joins upstream again as the same member (after the leave, in order) and inits
+ * the tensors of the first init, with values (node 0: the values it holds now, copied) or NULL
+ * (await), then pulls the current version; done gets it, as after ga_uplink_init. GA_E_INVAL
+ * while a command runs, before a first init, or when it has not left. */
+ga_status ga_uplink_rejoin(ga_uplink *u, const float *const *values);
 /* Stops the thread without leaving (the member stays: a relay restarted in place takes it
  * back). A command still running finishes on its own and its result is dropped. Loop thread. */
 void ga_uplink_destroy(ga_uplink *u);

@@ -317,6 +317,57 @@ def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -
     assert_all_equal(out, scalar_model(STEPS, members), STEPS)
 
 
+def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout: Layout, job: str) -> None:
+    """Rank 5 (node 1) leaves as failed at step 3 (the others push step 3 after it), without a
+    straggler policy: every worker of both nodes gets GA_E_RANK_FAILED naming it (node 0's through
+    the upstream job); the relays leave upstream. The workers started again (new incarnations) make the relays join upstream
+    again and the job goes on from version 3, the step the failure interrupted counted once:
+    every worker ends with the scalar model's exact bits."""
+    FAIL_AT = 3
+    failed = threading.Event()  # the others push step 3 once rank 5 has failed: no step closes without it
+
+    def first(rank: int) -> str:
+        w, b = regression_init()
+        x, y = regression_data(rank)
+        c = gradagg.Client(layout.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR), **FAST)
+        c.add_tensor("w", w)
+        c.add_tensor("b", b)
+        c.init()
+        try:
+            for s in range(STEPS):
+                if s == FAIL_AT and rank == 5:
+                    c.close(failure="boom")
+                    failed.set()
+                    return "failed"
+                if s == FAIL_AT:
+                    assert failed.wait(30)
+                c.step(regression_grads(w, b, x, y))
+        except gradagg.errors.RankFailedError as e:
+            c.close()
+            return str(e)
+        c.close()
+        return "finished"
+
+    outcomes = run_ranks(first, W, timeout=60)
+    for r, o in enumerate(outcomes):  # named by its global rank; node 0's through the upstream (node 1)
+        want = "failed" if r == 5 else ("rank 5 failed: boom" if r >= K else "upstream rank 1 failed: rank 5 failed: boom")
+        assert want in o, (r, o)
+
+    def again(rank: int):
+        w, b = regression_init()
+        x, y = regression_data(rank)
+        with gradagg.Client(layout.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
+                            resume=True, **FAST) as c:
+            c.add_tensor("w", w)
+            c.add_tensor("b", b)
+            c.init()
+            while c.version < STEPS:
+                c.step(regression_grads(w, b, x, y))
+            return w, b, c.version
+
+    assert_all_equal(run_ranks(again, W, timeout=120), scalar_model(STEPS, [range(W)] * STEPS), STEPS)
+
+
 def test_hostile_requests_to_a_relay(layout: Layout, job: str) -> None:
     """Raw requests naming a rank of another node, for every method that names a rank (Join,
     Leave, Heartbeat, Pull, Push, InitTensors), and Joins whose world size the relay cannot
