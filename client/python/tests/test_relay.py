@@ -115,12 +115,13 @@ def scalar_model(steps: int, members: Sequence[Sequence[int]], worker_codec: str
 
 
 def train(lay: Layout, job: str, rank: int, steps: int, codec: str = "none", jitter: float = 0.0,
-          before_step=None) -> Tuple[np.ndarray, np.ndarray, int]:
+          before_step=None, step_timeout_ms: int = FAST["step_timeout_ms"]) -> Tuple[np.ndarray, np.ndarray, int]:
     w, b = regression_init()
     x, y = regression_data(rank)
     rng = random.Random(rank)
+    opts = dict(FAST, step_timeout_ms=step_timeout_ms)
     with gradagg.Client(lay.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
-                        **FAST) as c:
+                        **opts) as c:
         c.add_tensor("w", w, codec=codec)
         c.add_tensor("b", b, codec=codec)
         c.init()
@@ -251,8 +252,10 @@ def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) ->
             assert release["late" if in_step else "node0"].wait(60)
 
     results: List = []
+    # A long pull timeout: the other node's workers wait out the relay's restart (slow under load).
     t = threading.Thread(target=lambda: results.append(
-        run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step), W, timeout=120)))
+        run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step, step_timeout_ms=120000), W,
+                  timeout=240)))
     t.start()
     relay = layout.relays[1]
     if in_step:
@@ -273,7 +276,7 @@ def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) ->
         wait_for("relay 1 back at version 5", lambda: status_of(layout.relays[1], job).get("version") == KILL_AT)
     release["node0"].set()
     release["late"].set()
-    t.join(150)
+    t.join(250)
     assert results, "the workers did not finish"
     assert_all_equal(results[0], scalar_model(STEPS, [range(W)] * STEPS), STEPS)
 
