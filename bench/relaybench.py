@@ -96,7 +96,8 @@ class Bench(netbench.Bench):
             target = f"127.0.0.1:{RELAY_PORT}" if relay else upstream
             argv = [sys.executable, os.path.join(HERE, "netbench_worker.py"), "--server", target, "--job", job,
                     "--rank", str(r), "--world", str(WORLD), "--elements", str(a.elements), "--warmup",
-                    str(a.warmup), "--steps", str(a.steps), *(spec["push"] if inner or not relay else []), *spec["pull"]]
+                    str(a.warmup), "--steps", str(a.steps), *(spec["push"] if inner or not relay else []),
+                    *spec["pull"]]
             workers.append(self.spawn_in(f"w{r}-{job}", node, argv, stdin=True))
         return self.measure(workers, deadline)
 

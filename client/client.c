@@ -171,8 +171,10 @@ ga_status ga_client_committed_step(ga_client *c, bool *any, uint64_t *step)
         req.job = sh->job;
         ProtobufCMessage *msg = NULL;
         char why[200];
-        ga_status st = ga_call_unary(sh->ch, GA_METHOD_STATUS, &req.base, c->opt.call_timeout_ms, &msg, why, sizeof why);
-        if (st != GA_OK) return ga_client_fail(c, st, "committed step: status of '%s' at %s: %s", sh->job, sh->addr, why);
+        ga_status st =
+            ga_call_unary(sh->ch, GA_METHOD_STATUS, &req.base, c->opt.call_timeout_ms, &msg, why, sizeof why);
+        if (st != GA_OK)
+            return ga_client_fail(c, st, "committed step: status of '%s' at %s: %s", sh->job, sh->addr, why);
         const Gradagg__V1__StatusResponse *r = (const Gradagg__V1__StatusResponse *)msg;
         bool found = false;
         for (size_t k = 0; k < r->n_members; k++) {

@@ -323,9 +323,9 @@ def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -
 def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout: Layout, job: str) -> None:
     """Rank 5 (node 1) leaves as failed at step 3 (the others push step 3 after it), without a
     straggler policy: every worker of both nodes gets GA_E_RANK_FAILED naming it (node 0's through
-    the upstream job); the relays leave upstream. The workers started again (new incarnations) make the relays join upstream
-    again and the job goes on from version 3, the step the failure interrupted counted once:
-    every worker ends with the scalar model's exact bits."""
+    the upstream job); the relays leave upstream. The workers started again (new incarnations)
+    make the relays join upstream again and the job goes on from version 3, the step the failure
+    interrupted counted once: every worker ends with the scalar model's exact bits."""
     FAIL_AT = 3
     failed = threading.Event()  # the others push step 3 once rank 5 has failed: no step closes without it
 
