@@ -59,8 +59,14 @@ ga_status ga_core_relay_map(ga_core *c, ga_method_id m, void *payload, char *why
         Gradagg__V1__HeartbeatRequest *q = payload;
         return ga_core_relay_map_rank(c, q->job, &q->rank, why, cap);
     }
-    case GA_METHOD_PUSH: return ga_core_relay_map_rank(c, ((ga_push *)payload)->job, &((ga_push *)payload)->rank, why, cap);
-    case GA_METHOD_INIT: return ga_core_relay_map_rank(c, ((ga_init *)payload)->job, &((ga_init *)payload)->rank, why, cap);
+    case GA_METHOD_PUSH: {
+        ga_push *push = payload;
+        return ga_core_relay_map_rank(c, push->job, &push->rank, why, cap);
+    }
+    case GA_METHOD_INIT: {
+        ga_init *init = payload;
+        return ga_core_relay_map_rank(c, init->job, &init->rank, why, cap);
+    }
     default: return GA_OK;
     }
 }

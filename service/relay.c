@@ -31,7 +31,8 @@ ga_status ga_relay_parse_codec(const char *text, ga_relay_options *r, char *why,
     float v = strtof(colon + 1, &end);
     if (end == colon + 1 || *end || (*codec != GA_CODEC_2BIT && *codec != GA_CODEC_TOPK))
         return ga_status_fail(GA_E_CONFIG, why, cap,
-                              "--relay-codec '%s': only 2bit:<threshold>, 2bit:auto and topk:<ratio> take a value", text);
+                              "--relay-codec '%s': only 2bit:<threshold>, 2bit:auto and topk:<ratio> take a value",
+                              text);
     if (*codec == GA_CODEC_2BIT)
         params->threshold = v;
     else
@@ -43,12 +44,14 @@ ga_status ga_relay_check(const ga_relay_options *r, char *why, size_t cap)
 {
     if (!r->upstream || !r->upstream[0]) return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-to names no upstream");
     if (r->workers < 1 || r->workers > GA_JOB_MAX_WORLD)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u outside [1, %u]", r->workers, GA_JOB_MAX_WORLD);
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u outside [1, %u]", r->workers,
+                              GA_JOB_MAX_WORLD);
     if (r->nodes && (uint64_t)r->workers * r->nodes > GA_JOB_MAX_WORLD)
         return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-workers %u x --relay-nodes %u is over %u workers",
                               r->workers, r->nodes, GA_JOB_MAX_WORLD);
     if (r->node_given && r->nodes && r->node >= r->nodes)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u outside [0, --relay-nodes %u)", r->node, r->nodes);
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u outside [0, --relay-nodes %u)", r->node,
+                              r->nodes);
     ga_status st = ga_codec_params_validate(r->codec, &r->params);
     if (st != GA_OK)
         return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-codec %s: %s", ga_codec_name(r->codec), ga_strerror(st));
@@ -66,7 +69,8 @@ ga_status ga_relay_place_of(const ga_relay_options *r, uint32_t rank, uint32_t w
                               world, r->nodes ? "--relay-nodes" : "a number of nodes", k);
     ga_relay_place p = {r->node_given ? r->node : rank / k, world / k, k};
     if (p.node >= p.nodes)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u is not below the job's %u nodes", p.node, p.nodes);
+        return ga_status_fail(GA_E_CONFIG, why, cap, "--relay-node %u is not below the job's %u nodes", p.node,
+                              p.nodes);
     uint32_t local = rank;
     GA_CHECK(ga_relay_map_rank(&p, &local, why, cap));
     *out = p;

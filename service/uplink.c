@@ -266,9 +266,9 @@ static void on_done(uv_async_t *a)
     /* The tap's lists are complete (SIZE_MAX: a copy failed, pass none on). */
     for (size_t i = 0; i < u->ntensors; i++)
         if (u->deltas_cap[i] == SIZE_MAX) u->ndeltas[i] = 0;
-    ga_uplink_result res = {.step = u->last == CMD_STEP, .st = u->st, .why = u->why, .version = u->version, .counted = u->counted,
-                            .counted_step = u->counted_step, .bytes_pushed = u->bytes_pushed,
-                            .bytes_pulled = u->bytes_pulled, .params = u->values,
+    ga_uplink_result res = {.step = u->last == CMD_STEP, .st = u->st, .why = u->why, .version = u->version,
+                            .counted = u->counted, .counted_step = u->counted_step,
+                            .bytes_pushed = u->bytes_pushed, .bytes_pulled = u->bytes_pulled, .params = u->values,
                             .deltas = (const ga_pull_delta *const *)u->deltas, .ndeltas = u->ndeltas};
     u->busy = false;
     u->done(u->arg, &res);

@@ -257,7 +257,8 @@ function relayErrors(all) {
       const where = `${d.kind} ${d.metadata.name}/${c.name}`;
       if (!(Number(env.GRADAGG_RELAY_WORKERS) >= 1)) errs.push(`${where}: a relay without GRADAGG_RELAY_WORKERS`);
       const labels = d.spec.template.metadata.labels || {};
-      if (labels["gradagg.io/client"] !== "true") errs.push(`${where}: a relay's pod is not gradagg.io/client (the shards refuse it)`);
+      if (labels["gradagg.io/client"] !== "true")
+        errs.push(`${where}: a relay's pod is not gradagg.io/client (the shards refuse it)`);
       const hostPort = ((c.ports || []).find((p) => p.containerPort === portOf(env.GRADAGG_LISTEN)) || {}).hostPort;
       relays.push({ d, env, where, port: portOf(env.GRADAGG_LISTEN), hostPort });
     }
@@ -281,7 +282,8 @@ function relayErrors(all) {
       const k = Number(relay.env.GRADAGG_RELAY_WORKERS);
       if (Number(env.K) !== k) errs.push(`${where}: runs K = ${env.K} workers a pod, its relay takes ${k}`);
       if (Number(env.GRADAGG_WORLD_SIZE) !== d.spec.completions * k)
-        errs.push(`${where}: GRADAGG_WORLD_SIZE ${env.GRADAGG_WORLD_SIZE} is not completions ${d.spec.completions} x ${k}`);
+        errs.push(`${where}: GRADAGG_WORLD_SIZE ${env.GRADAGG_WORLD_SIZE} is not ` +
+                  `completions ${d.spec.completions} x ${k}`);
       const nodes = Number(relay.env.GRADAGG_RELAY_NODES || 0);
       if (nodes && nodes !== d.spec.completions)
         errs.push(`${relay.where}: GRADAGG_RELAY_NODES ${nodes} is not the Job's completions ${d.spec.completions}`);
@@ -413,7 +415,9 @@ fs.writeFileSync(tsOut, tsSource(entries));
     ["relay: no host port on the DaemonSet", (docs) => {
       delete docs.find((d) => d.kind === "DaemonSet").spec.template.spec.containers[0].ports[0].hostPort;
     }],
-    ["relay: sidecar relay nodes are not completions", (docs) => { jobNamed(docs, "sidecar-train").spec.completions = 3; }],
+    ["relay: sidecar relay nodes are not completions", (docs) => {
+      jobNamed(docs, "sidecar-train").spec.completions = 3;
+    }],
   ];
   for (const [what, breakIt] of relayBreaks) {
     const docs = clone(relayed.docs);

@@ -353,7 +353,8 @@ def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout:
 
     outcomes = run_ranks(first, W, timeout=60)
     for r, o in enumerate(outcomes):  # named by its global rank; node 0's through the upstream (node 1)
-        want = "failed" if r == 5 else ("rank 5 failed: boom" if r >= K else "upstream rank 1 failed: rank 5 failed: boom")
+        want = ("failed" if r == 5 else "rank 5 failed: boom" if r >= K
+                else "upstream rank 1 failed: rank 5 failed: boom")
         assert want in o, (r, o)
 
     def again(rank: int):
