@@ -1,4 +1,4 @@
-/* The cost of the journal's second copy (--journal-copies 2, service/journal.h): one step of W
+/* The cost of the journal's second copy (--journal-copies 2, service/persist/journal.h): one step of W
  * pushes of N fp32 elements each, journaled as the server journals them (ga_journal_commit per
  * push, then the step's close with its fdatasync, --journal-sync step), into a fresh directory
  * per step, with one copy and with two, alternated round by round. Prints per setting the median
@@ -16,11 +16,11 @@
 #include <sys/stat.h>
 
 #include "bench_util.h"
-#include "bundle.h"
-#include "fileio.h"
+#include "bundle/bundle.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
-#include "journal.h"
+#include "persist/fileio.h"
+#include "persist/journal.h"
 
 #define MAX_ROUNDS 64
 

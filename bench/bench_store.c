@@ -1,7 +1,7 @@
 /* The store's step on one backend (issue 6, item 4: W = 8 pushes of a 100M-element tensor on a
  * GPU): the decode of every push, their sum in rank order and the optimizer. Two rows per codec:
  *
- *   kernels  the apply's kernel sequence (service/store_publish.c) with every payload already
+ *   kernels  the apply's kernel sequence (service/store/store_publish.c) with every payload already
  *            where the backend computes (device memory on CUDA): per gradient block, zero the
  *            block, add each push's slice of it in rank order (ga_codec_decode_add_checked: the
  *            payloads were checked as they arrived; top-k sliced ahead of time), then the
@@ -35,7 +35,7 @@
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "ga_optim.h"
-#include "store.h"
+#include "store/store.h"
 
 #include "bench_util.h"
 

@@ -282,7 +282,7 @@ def sharding_supported(env: Dict[str, str]) -> Tuple[bool, str]:
 
 def disk_probe(directory: str, total: int = 256 << 20, block: int = 2 << 20, rounds: int = 3) -> float:
     """Bytes per second of direct (O_DIRECT) writes into a new file in directory, the way the
-    shards write their journals and checkpoints (service/dfile.h): the median of rounds."""
+    shards write their journals and checkpoints (service/persist/dfile.h): the median of rounds."""
     buf = mmap.mmap(-1, block)  # page aligned, as O_DIRECT wants
     buf.write(b"\x5a" * block)
     rates = []

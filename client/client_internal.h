@@ -1,5 +1,13 @@
 /* The SDK's private state: the client, its tensors, and the helpers the SDK's files share
- * (errors, retries, timing). Not installed; only the client/ sources and tests include it. */
+ * (errors, retries, timing). Not installed; only the client/ sources and tests include it.
+ *
+ * The SDK (gradagg.h) is one module in several files around this state, and its files call each
+ * other freely through it: client.c (the client's life: Join, tensors, Leave), init.c
+ * (InitTensors), step.c / step_async.c (a step) with push.c and pull.c (its two sides), shard.c
+ * (one thread per shard running a step's work), heartbeat.c (leases), device.c (CUDA tensors),
+ * state.c (save and load). Below it, with contracts of their own and no knowledge of this state:
+ * rpc_client.h (synchronous calls), chunks.h, placement.h, discover.h, dgc.h, auto_threshold.h
+ * (the last two take gradagg.h's public option structs, never this state). */
 #ifndef GA_CLIENT_INTERNAL_H
 #define GA_CLIENT_INTERNAL_H
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "blob.h"
+#include "base/blob.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 

@@ -1,5 +1,5 @@
 /* An in-memory ga_call for core tests: implements ga_call_send / ga_call_finish / ga_call_refuse /
- * ga_call_hold / ga_call_release / ga_call_peer / ga_call_metadata (service/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
+ * ga_call_hold / ga_call_release / ga_call_peer / ga_call_metadata (service/transport/rpc.h) by recording every message packed to bytes (the zero-copy payload appended as
  * field 15, as the transport sends it; the call takes the blob reference it is given and drops
  * it once copied), the final status and message, and any misuse (a send after the finish, a
  * second finish, a payload range outside its blob). */
@@ -12,7 +12,7 @@
 
 #include "ga_methods.h"
 #include "ga_status.h"
-#include "rpc.h"
+#include "transport/rpc.h"
 
 typedef struct fake_msg {
     uint8_t *bytes;

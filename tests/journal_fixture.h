@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "journal.h"
+#include "persist/journal.h"
 
 /* A push of one chunk of `count` fp32 values (value, value + 1, ...) of tensor "w" by `rank`
  * for `step`, as the network would deliver it. */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store/store.h"
 
 #define SCENARIO_MAX_TENSORS 4
 #define SCENARIO_WORKERS 3

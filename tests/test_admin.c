@@ -29,13 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "admin.h"
+#include "admin/admin.h"
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "ga_wire.h"
 #include "gradagg.h"
 #include "rpc_client.h"
-#include "server.h"
+#include "server/server.h"
 #include "test_memory.h"
 
 extern char **environ;

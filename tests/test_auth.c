@@ -1,4 +1,4 @@
-/* The bearer-token file's parser and the per-call check (service/auth.h), without a network: a
+/* The bearer-token file's parser and the per-call check (service/api/auth.h), without a network: a
  * good file with comments, blanks and CRLF; every malformed case refused with its line number
  * and without the token in the message; and each answer of the check (absent, repeated,
  * malformed, unknown token, another job's token, an unknown job, the right token). */
@@ -16,7 +16,7 @@
 
 #include "test_memory.h"
 
-#include "auth.h"
+#include "api/auth.h"
 
 #define TOK_A "alpha-token-0123456789"
 #define TOK_B "beta-token-9876543210x"

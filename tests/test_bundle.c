@@ -1,4 +1,4 @@
-/* Push and init bundles (service/bundle.c): every stateless check returns its own status with a
+/* Push and init bundles (service/bundle/bundle.c): every stateless check returns its own status with a
  * message naming the value, frees the refused chunk and leaves the bundle as it was. */
 #include <math.h>
 #include <setjmp.h>
@@ -12,10 +12,10 @@
 
 #include "test_memory.h"
 
-#include "bundle.h"
-#include "ga_wire.h"
+#include "bundle/bundle.h"
 #include "fake_call.h"
 #include "ga_alloc.h"
+#include "ga_wire.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -28,7 +28,7 @@
 #include "ga_wire.h"
 #include "gradagg.h"
 #include "rpc_client.h"
-#include "server.h"
+#include "server/server.h"
 #include "test_memory.h"
 
 #define MAX_W 4

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "server/config.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -15,13 +15,13 @@
 
 #include "test_memory.h"
 
-#include "core_internal.h"
+#include "core/core_internal.h"
 #include "fake_call.h"
 #include "ga_alloc.h"
-#include "ga_wire.h"
 #include "ga_codec.h"
 #include "ga_optim.h"
 #include "ga_reduce.h"
+#include "ga_wire.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define WORLD 3

@@ -13,12 +13,12 @@
 
 #include "test_memory.h"
 
-#include "core.h"
-#include "dispatch.h"
+#include "api/dispatch.h"
+#include "api/health.h"
+#include "core/core.h"
 #include "fake_call.h"
 #include "ga_wire.h"
-#include "health.h"
-#include "loop.h"
+#include "transport/loop.h"
 
 typedef struct fixture {
     ga_loop *loop;

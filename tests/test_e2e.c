@@ -19,7 +19,6 @@
 
 #include "test_dirs.h"
 
-#include "config.h"
 #include "ga_alloc.h"
 #include "ga_codec.h"
 #include "ga_exec.h"
@@ -27,7 +26,8 @@
 #include "ga_wire.h"
 #include "gradagg.h"
 #include "rpc_client.h"
-#include "server.h"
+#include "server/config.h"
+#include "server/server.h"
 
 #define TIMEOUT_MS 10000
 

@@ -35,9 +35,9 @@
 
 #include <cmocka.h>
 
-#include "checkpoint.h"
 #include "fault_util.h"
-#include "fileio.h"
+#include "persist/checkpoint.h"
+#include "persist/fileio.h"
 #include "test_dirs.h"
 
 static char base_dir[64];

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "server.h"
+#include "server/server.h"
 #include "test_dirs.h"
 
 /* Starts a server; writes it to *out and its "127.0.0.1:<port>" to address[0..cap). */

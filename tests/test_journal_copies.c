@@ -21,8 +21,8 @@
 #include <cmocka.h>
 
 #include "ga_alloc.h"
-#include "journal.h"
 #include "journal_fixture.h"
+#include "persist/journal.h"
 #include "test_dirs.h"
 
 static char base[64];

@@ -12,7 +12,7 @@
 
 #include "test_memory.h"
 
-#include "loop.h"
+#include "transport/loop.h"
 
 #define POSTERS 4
 #define PER_POSTER 20000

@@ -28,12 +28,12 @@
 
 #include "test_dirs.h"
 
-#include "config.h"
+#include "base/log.h"
 #include "ga_alloc.h"
 #include "ga_methods.h"
 #include "ga_wire.h"
-#include "log.h"
-#include "server.h"
+#include "server/config.h"
+#include "server/server.h"
 
 #define TOK_A "alpha-0123456789abcdef"
 #define TOK_B "beta-0123456789abcdef0"

@@ -1,4 +1,4 @@
-/* The Prometheus text writer (service/metrics.h): exact text for a small registry, label and
+/* The Prometheus text writer (service/metrics/metrics.h): exact text for a small registry, label and
  * HELP escaping (job names are user input), invalid UTF-8, cumulative histogram buckets, number
  * spellings, the call counters and their reasons. */
 #include <math.h>
@@ -12,7 +12,7 @@
 
 #include "test_memory.h"
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 static void small_registry_exact_text(void **state)
 {

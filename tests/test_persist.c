@@ -24,14 +24,14 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-#include "checkpoint.h"
-#include "crc32c.h"
-#include "dfile.h"
-#include "fileio.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
-#include "journal.h"
 #include "journal_fixture.h"
+#include "persist/checkpoint.h"
+#include "persist/crc32c.h"
+#include "persist/dfile.h"
+#include "persist/fileio.h"
+#include "persist/journal.h"
 #include "test_dirs.h"
 
 static char base[64];

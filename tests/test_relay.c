@@ -1,4 +1,4 @@
-/* The relay's view of a job (service/relay.c): the --relay-codec text, a job's place from its
+/* The relay's view of a job (service/core/relay.c): the --relay-codec text, a job's place from its
  * first Join, the local job's settings and the rank mapping; each refusal with its own status
  * and a message naming the value. */
 #include <setjmp.h>
@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "job.h"
-#include "relay.h"
+#include "core/job.h"
+#include "core/relay.h"
 
 static ga_relay_options options(void)
 {

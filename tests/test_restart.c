@@ -26,9 +26,9 @@
 
 #include <cmocka.h>
 
-#include "fileio.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
+#include "persist/fileio.h"
 #include "server_proc.h"
 #include "test_dirs.h"
 

@@ -1,4 +1,4 @@
-/* The gRPC transport end to end: a real server (service/rpc.h) on 127.0.0.1:0 with a small
+/* The gRPC transport end to end: a real server (service/transport/rpc.h) on 127.0.0.1:0 with a small
  * handler table, spoken to through the SDK's call layer (client/rpc_client.h). Unary calls,
  * client streams committed only at a clean end, cancellation, handler errors, zero-copy server
  * streams, unknown methods, malformed bytes, message limits, port conflicts, shutdown with an
@@ -25,12 +25,12 @@
 
 #include "test_memory.h"
 
-#include "blob.h"
+#include "base/blob.h"
 #include "ga_alloc.h"
 #include "ga_methods.h"
 #include "ga_wire.h"
-#include "rpc.h"
 #include "rpc_client.h"
+#include "transport/rpc.h"
 
 #define DEADLINE_MS 5000u
 #define SERVER_LIMIT (4u << 20)

@@ -25,15 +25,15 @@
 
 #include "test_memory.h"
 
-#include "config.h"
+#include "api/health.h"
+#include "base/log.h"
 #include "ga_alloc.h"
 #include "ga_wire.h"
 #include "gradagg.h"
-#include "health.h"
-#include "log.h"
 #include "rpc_client.h"
-#include "security.h"
-#include "server.h"
+#include "server/config.h"
+#include "server/security.h"
+#include "server/server.h"
 
 #define TIMEOUT_MS 10000u
 #define MSG_LIMIT (64u << 20)

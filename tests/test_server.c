@@ -23,10 +23,10 @@
 
 #include "test_memory.h"
 
+#include "api/health.h"
 #include "ga_wire.h"
-#include "health.h"
 #include "rpc_client.h"
-#include "server.h"
+#include "server/server.h"
 
 #ifndef GA_SERVER_BIN
 #error "GA_SERVER_BIN (the gradagg-server binary) must be defined by the build"

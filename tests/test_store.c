@@ -23,7 +23,7 @@
 #include "oracle.h"
 #include "oracle_optim.h"
 #include "oracle_topk.h"
-#include "store.h"
+#include "store/store.h"
 #include "store_scenario.h"
 
 /* ---- the model: one plain loop per rule of store.h ---- */

@@ -17,7 +17,7 @@
 #include "test_memory.h"
 
 #include "ga_alloc.h"
-#include "store.h"
+#include "store/store.h"
 #include "store_scenario.h"
 
 static uint64_t all_memory(void)

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core_internal.h"
+#include "core/core_internal.h"
 #include "fake_call.h"
 #include "fuzz_util.h"
 #include "ga_alloc.h"

@@ -29,14 +29,14 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
-#include "dispatch.h"
+#include "api/auth.h"
+#include "api/dispatch.h"
+#include "api/health.h"
+#include "base/log.h"
+#include "core/job.h"
 #include "fuzz_core.h"
-#include "log.h"
 #include "ga_codec.h"
-#include "health.h"
-#include "job.h"
-#include "store.h"
+#include "store/store.h"
 
 #define FUZZ_TOKEN "fuzz-token-0123456789"
 #define OTHER_TOKEN "other-token-012345678"

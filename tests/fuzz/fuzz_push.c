@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "fuzz_core.h"
-#include "log.h"
 #include "ga_codec.h"
 
 #define MAX_CHUNKS 16u
