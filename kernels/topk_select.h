@@ -1,6 +1,7 @@
 /* Top-k (DGC): the selection decisions shared by the CPU encoder and the CUDA host code, the
  * per-element math both compilers share (GA_HD), and the payload validator both decoders use.
- * This comment is the normative statement of the codec; wire layout: docs/wire-format.md.
+ * The normative statement of the codec (selection, seeds, payload) is docs/wire-format.md, "6
+ * topk"; this comment restates the selection for the code here.
  *
  * Encode (residual r, gradient g, n elements, k = min(n, ceil(n * ratio)) in double math):
  *  1. Any non-finite g: GA_E_NONFINITE, nothing changed.

@@ -1,4 +1,4 @@
-/* Slow scalar oracle of the top-k (DGC) codec, written from the spec in kernels/topk_select.h
+/* Slow scalar oracle of the top-k (DGC) codec, written from the spec in docs/wire-format.md
  * without the library's helpers: full sorts, plain loops, its own fp16 and varints.
  * Tests compare the library's bytes against it with memcmp. */
 #ifndef ORACLE_TOPK_H

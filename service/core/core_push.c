@@ -292,7 +292,9 @@ static ga_status check_memory(ga_core *c, const ga_push *push, char *why)
 }
 
 /* The learning rate a push names for its step: its own, else the job's configured one. A job
- * whose optimizer has no lr (none, reduce) takes none. */
+ * whose optimizer has no lr (none, reduce) takes none, and a push's lr passes the check the
+ * Join's passed (finite, >= 0, and for Adam lr / (1 - beta1) within the float range), so no lr a
+ * push names can make its step fail. */
 static ga_status push_lr(const ga_job *job, const ga_push *push, float *lr, char *why)
 {
     ga_optim_kind k = job->store_cfg.optim;
@@ -303,7 +305,14 @@ static ga_status push_lr(const ga_job *job, const ga_push *push, float *lr, char
         return GA_E_OPTIM;
     }
     *lr = push->has_lr ? push->lr : k == GA_OPTIM_SGD ? job->store_cfg.sgd.lr : job->store_cfg.adam.lr;
-    return GA_OK;
+    ga_store_config with = job->store_cfg;
+    with.sgd.lr = with.adam.lr = *lr;
+    if (ga_store_check_optim(&with) == GA_OK) return GA_OK;
+    snprintf(why, GA_WHY_CAP,
+             "push of step %" PRIu64 " names lr %.9g, which the Adam optimizer of job '%s' cannot take: "
+             "lr / (1 - beta1) or, with AdamW, lr * weight_decay passes the float range",
+             push->step, (double)*lr, job->name);
+    return GA_E_OPTIM;
 }
 
 /* ---- commit bookkeeping ---- */

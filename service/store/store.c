@@ -138,10 +138,10 @@ ga_status ga_store_regrow(ga_store *s, ga_store_mem where, void **buf, size_t *c
 
 /* ---- configuration ---- */
 
-static ga_status check_optim(const ga_store_config *cfg)
+ga_status ga_store_check_optim(const ga_store_config *cfg)
 {
-    /* The kernels own the rules: a call with n = 0 checks the hyper-parameters and does nothing.
-     * Adam's t = 1 is its tightest step (later steps only shrink lr / (1 - beta1^t)). */
+    /* The kernels own the rules: a call with n = 0 checks the hyper-parameters and does nothing. */
+    if (!cfg) return GA_E_INVAL;
     const ga_exec cpu = GA_EXEC_CPU_INIT;
     switch (cfg->optim) {
     case GA_OPTIM_NONE:
@@ -154,7 +154,7 @@ static ga_status check_optim(const ga_store_config *cfg)
 
 static ga_status check_config(const ga_store_config *cfg)
 {
-    GA_CHECK(check_optim(cfg));
+    GA_CHECK(ga_store_check_optim(cfg));
     GA_CHECK(ga_codec_params_validate(cfg->pull_codec, &cfg->pull_params));
     if (cfg->pull_auto_bits != 0.0f &&
         !(cfg->pull_codec == GA_CODEC_2BIT && cfg->pull_auto_bits > 0.0f && (double)cfg->pull_auto_bits <= GA_LOG2_3))

@@ -71,6 +71,10 @@ void ga_published_clear(ga_published *p);
 
 typedef struct ga_store ga_store;
 
+/* GA_OK when cfg's optimizer takes its hyper-parameters at every step: the kernels' own check,
+ * for Adam at t = 1, its tightest step (later steps only shrink lr / (1 - beta1^t)); else
+ * GA_E_OPTIM. Part of ga_store_create's check; the core also puts each push's lr through it. */
+ga_status ga_store_check_optim(const ga_store_config *cfg);
 /* Validates the config (optimizer hyper-parameters, pull codec). Errors: GA_E_OPTIM, codec
  * parameter errors, GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE, GA_E_NOMEM. Returns owned. */
 ga_status ga_store_create(const ga_store_config *cfg, ga_store **out);
