@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -43,22 +43,30 @@ def read_varint(msg: bytes, at: int) -> Tuple[int, int]:
             return n, at
 
 
-def field_of(msg: bytes, num: int) -> bytes:
-    """The bytes of length-delimited field `num` of an encoded message (the last one), b"" if absent."""
-    at, found = 0, b""
+def fields(msg: bytes) -> Dict[int, List[Any]]:
+    """An encoded message's fields: number -> values in wire order (ints for varints, bytes for
+    length-delimited and fixed-width ones)."""
+    out: Dict[int, List[Any]] = {}
+    at = 0
     while at < len(msg):
         tag, at = read_varint(msg, at)
         kind = tag & 7
         if kind == 0:
-            _, at = read_varint(msg, at)
+            v, at = read_varint(msg, at)
         elif kind == 2:
             n, at = read_varint(msg, at)
-            if tag >> 3 == num:
-                found = msg[at:at + n]
-            at += n
+            v, at = msg[at:at + n], at + n
         else:  # fixed64 (1) or fixed32 (5)
-            at += 8 if kind == 1 else 4
-    return found
+            size = 8 if kind == 1 else 4
+            v, at = msg[at:at + size], at + size
+        out.setdefault(tag >> 3, []).append(v)
+    return out
+
+
+def field_of(msg: bytes, num: int) -> bytes:
+    """The bytes of length-delimited field `num` of an encoded message (the last one), b"" if absent."""
+    values = fields(msg).get(num, [])
+    return values[-1] if values and isinstance(values[-1], bytes) else b""
 
 
 def field_float(num: int, v: float) -> bytes:

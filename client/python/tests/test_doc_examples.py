@@ -21,7 +21,7 @@ import pytest
 
 import gradagg
 from gradagg import _lib, _structs as S
-from _wire import channel, field_bytes, field_float, field_varint, read_varint, varint
+from _wire import channel, field_bytes, field_float, field_varint, fields, varint
 from conftest import Server
 
 F32 = np.float32
@@ -254,25 +254,6 @@ def config_msg(spec: Dict[str, str]) -> bytes:
             field_varint(8, int(spec.get("min_world_size", 0))))
 
 
-def parse(msg: bytes) -> Dict[int, List[Any]]:
-    """A protobuf message: field number -> values (ints, or bytes for length-delimited and fixed)."""
-    out: Dict[int, List[Any]] = {}
-    at = 0
-    while at < len(msg):
-        tag, at = read_varint(msg, at)
-        kind = tag & 7
-        if kind == 0:
-            v, at = read_varint(msg, at)
-        elif kind == 2:
-            n, at = read_varint(msg, at)
-            v, at = msg[at:at + n], at + n
-        else:
-            size = 8 if kind == 1 else 4
-            v, at = msg[at:at + size], at + size
-        out.setdefault(tag >> 3, []).append(v)
-    return out
-
-
 def one(m: Dict[int, List[Any]], num: int, default: Any = 0) -> Any:
     return m.get(num, [default])[-1]
 
@@ -318,7 +299,7 @@ class Job:
                         field_varint(4, step) + field_bytes(5, tensor.encode()) + field_varint(6, off) +
                         field_varint(7, count) + field_bytes(8, codec_msg(codec, p)) + lr_fields +
                         field_varint(11, weight) + field_bytes(15, payload))
-        m = parse(call(lambda: self.ch.stream_unary(SERVICE + "Push")(iter(msgs), timeout=30)))
+        m = fields(call(lambda: self.ch.stream_unary(SERVICE + "Push")(iter(msgs), timeout=30)))
         return one(m, 1), bool(one(m, 2)), one(m, 3)
 
     def push_values(self, rank: int, step: int, g: np.ndarray, codec: str = "none", **kw: Any) -> np.ndarray:
@@ -331,7 +312,7 @@ class Job:
     def pull(self, min_version: int, have: Optional[int] = None, rank: int = 0) -> List[Dict[int, List[Any]]]:
         req = (field_bytes(1, self.name.encode()) + field_varint(2, rank) + field_varint(3, 100 + rank) +
                field_varint(4, min_version) + field_varint(5, have is not None) + field_varint(6, have or 0))
-        return [parse(raw) for raw in call(lambda: list(self.ch.unary_stream(SERVICE + "Pull")(req, timeout=30)))]
+        return [fields(raw) for raw in call(lambda: list(self.ch.unary_stream(SERVICE + "Pull")(req, timeout=30)))]
 
     def params(self, version: int, n: int, tensor: str = "w") -> np.ndarray:
         out = np.full(n, np.nan, F32)
@@ -757,7 +738,7 @@ def test_topk_pulls_are_seeded_as_written(servers: Callable[..., Server], values
         for c in chunks:
             lo, count = one(c, 3), one(c, 4)
             assert one(c, 5) == 1 and one(c, 7) == v - 1  # PULL_DELTA on version v - 1
-            assert parse(one(c, 6, b"")) == parse(codec_msg("topk", cp))  # the configured codec, seed included
+            assert fields(one(c, 6, b"")) == fields(codec_msg("topk", cp))  # the configured codec, seed included
             delta = params[lo:lo + count] - published[lo:lo + count]
             idx, vals = topk(np.zeros(count, F32), delta, F32(cp.ratio), F32(cp.sample_fraction), cp.adapt_rounds,
                              pull_seed(seed, v), values == "fp16")
