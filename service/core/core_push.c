@@ -305,6 +305,7 @@ static ga_status push_lr(const ga_job *job, const ga_push *push, float *lr, char
         return GA_E_OPTIM;
     }
     *lr = push->has_lr ? push->lr : k == GA_OPTIM_SGD ? job->store_cfg.sgd.lr : job->store_cfg.adam.lr;
+    if (!push->has_lr) return GA_OK; /* the job's own: checked at its Join */
     ga_store_config with = job->store_cfg;
     with.sgd.lr = with.adam.lr = *lr;
     if (ga_store_check_optim(&with) == GA_OK) return GA_OK;

@@ -77,7 +77,11 @@ def join_request(job: str, rank: int, incarnation: int, world: int, lr: float = 
                  extra_config: bytes = b"") -> bytes:
     """extra_config: more JobConfig fields, appended."""
     optimizer = field_varint(1, 1) + field_float(2, lr)  # SGD
-    config = field_varint(1, world) + field_bytes(4, optimizer) + extra_config
+    return join_message(job, rank, incarnation, field_varint(1, world) + field_bytes(4, optimizer) + extra_config)
+
+
+def join_message(job: str, rank: int, incarnation: int, config: bytes) -> bytes:
+    """A JoinRequest carrying the encoded JobConfig `config`."""
     return field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) + field_bytes(4, config)
 
 
@@ -90,14 +94,17 @@ def init_chunk(job: str, rank: int, incarnation: int, tensor: str, shape: Sequen
 
 
 def push_chunk(job: str, rank: int, incarnation: int, step: int, tensor: str, offset: int, count: int,
-               payload: bytes) -> bytes:
+               payload: bytes, more: bytes = b"") -> bytes:
+    """more: the chunk's other fields (codec, lr, weight), encoded, placed before the payload."""
     return (field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) +
             field_varint(4, step) + field_bytes(5, tensor.encode()) + field_varint(6, offset) +
-            field_varint(7, count) + field_bytes(15, payload))
+            field_varint(7, count) + more + field_bytes(15, payload))
 
 
-def pull_request(job: str, rank: int, incarnation: int, min_version: int) -> bytes:
-    return field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) + field_varint(4, min_version)
+def pull_request(job: str, rank: int, incarnation: int, min_version: int, have: Optional[int] = None) -> bytes:
+    """have: the version the puller holds (a delta pull from it)."""
+    return (field_bytes(1, job.encode()) + field_varint(2, rank) + field_varint(3, incarnation) +
+            field_varint(4, min_version) + field_varint(5, have is not None) + field_varint(6, have or 0))
 
 
 def channel(addr: str, max_mb: int = 128) -> grpc.Channel:

@@ -21,7 +21,8 @@ import pytest
 
 import gradagg
 from gradagg import _lib, _structs as S
-from _wire import channel, field_bytes, field_float, field_varint, fields, varint
+from _wire import (channel, field_bytes, field_float, field_varint, fields, init_chunk, join_message, pull_request,
+                   push_chunk, varint)
 from conftest import Server
 
 F32 = np.float32
@@ -279,14 +280,12 @@ class Job:
         self.ch, self.name, self.world = channel(addr), name, int(spec["world_size"])
         cfg = config_msg(spec)
         for r in range(self.world):
-            req = (field_bytes(1, name.encode()) + field_varint(2, r) + field_varint(3, 100 + r) +
-                   field_bytes(4, cfg))
+            req = join_message(name, r, 100 + r, cfg)
             call(lambda: self.ch.unary_unary(SERVICE + "Join")(req, timeout=30))
 
     def init(self, values: np.ndarray, tensor: str = "w") -> None:
         n = len(values)
-        chunk = (field_bytes(1, self.name.encode()) + field_varint(3, 100) + field_bytes(4, tensor.encode()) +
-                 field_bytes(5, varint(n)) + field_varint(7, n) + field_bytes(15, values.astype(F32).tobytes()))
+        chunk = init_chunk(self.name, 0, 100, tensor, [n], 0, n, values.astype(F32).tobytes())
         call(lambda: self.ch.stream_unary(SERVICE + "InitTensors")(iter([chunk]), timeout=30))
 
     def push(self, rank: int, step: int, chunks: Sequence[Tuple[int, int, str, S.CodecParams, bytes]],
@@ -295,10 +294,8 @@ class Job:
         msgs = []
         for off, count, codec, p, payload in chunks:
             lr_fields = field_varint(9, 1) + field_float(10, lr) if lr is not None else b""
-            msgs.append(field_bytes(1, self.name.encode()) + field_varint(2, rank) + field_varint(3, 100 + rank) +
-                        field_varint(4, step) + field_bytes(5, tensor.encode()) + field_varint(6, off) +
-                        field_varint(7, count) + field_bytes(8, codec_msg(codec, p)) + lr_fields +
-                        field_varint(11, weight) + field_bytes(15, payload))
+            more = field_bytes(8, codec_msg(codec, p)) + lr_fields + field_varint(11, weight)
+            msgs.append(push_chunk(self.name, rank, 100 + rank, step, tensor, off, count, payload, more))
         m = fields(call(lambda: self.ch.stream_unary(SERVICE + "Push")(iter(msgs), timeout=30)))
         return one(m, 1), bool(one(m, 2)), one(m, 3)
 
@@ -310,8 +307,7 @@ class Job:
         return decode(codec, p, payload, len(g))[1]
 
     def pull(self, min_version: int, have: Optional[int] = None, rank: int = 0) -> List[Dict[int, List[Any]]]:
-        req = (field_bytes(1, self.name.encode()) + field_varint(2, rank) + field_varint(3, 100 + rank) +
-               field_varint(4, min_version) + field_varint(5, have is not None) + field_varint(6, have or 0))
+        req = pull_request(self.name, rank, 100 + rank, min_version, have)
         return [fields(raw) for raw in call(lambda: list(self.ch.unary_stream(SERVICE + "Pull")(req, timeout=30)))]
 
     def params(self, version: int, n: int, tensor: str = "w") -> np.ndarray:
