@@ -656,11 +656,6 @@ void ga_client_set_pull_tap(ga_client *c, void (*tap)(void *arg, const ga_pull_d
     c->pull_tap_arg = arg;
 }
 
-void ga_client_set_successor(ga_client *c)
-{
-    if (c) c->successor = true;
-}
-
 void ga_client_abandon(ga_client *c)
 {
     if (!c) return;

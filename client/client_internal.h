@@ -111,6 +111,9 @@ struct ga_shard {
     uint64_t ack;          /* push: the version the acknowledgement names */
     bool stale_ack;        /* push: acknowledged as a duplicate although no attempt of this call
                               can have been counted: an earlier call's push of this step was */
+    bool sent_any;         /* a push of this client's may have reached the server ... */
+    uint64_t sent_max;     /* ... the newest step one did (a duplicate of a step past it, or
+                              of any step before the first, was counted with a predecessor's) */
     ga_status st;
     char err[512];
     uint64_t retries, rejoins, versions_lost, bytes_pulled;
@@ -156,7 +159,6 @@ struct ga_client {
     bool has_lr;           /* ga_client_set_lr was called: pushes carry lr */
     float lr;
     bool abandoned;        /* ga_client_abandon: destroy without a Leave */
-    bool successor;        /* ga_client_set_successor: a duplicate ack counts these gradients */
     void (*pull_tap)(void *arg, const ga_pull_delta *d); /* ga_client_set_pull_tap */
     void *pull_tap_arg;
     uint32_t push_weight;  /* ga_client_set_push_weight: the workers each push sums; 0 = 1 */

@@ -248,11 +248,6 @@ void ga_client_destroy_failed(ga_client *c, const char *reason);
  * a process joins again as the same incarnation). For a member that is restarted as itself, a
  * node relay's (docs/relay.md). NULL is a no-op. */
 void ga_client_abandon(ga_client *c);
-/* This client continues a process that was the same member (the same incarnation, abandoned)
- * and pushed the same gradients: a push the server acknowledges as a duplicate was counted with
- * that process's bytes, so it does not travel with the next step (as it would for a client
- * whose own earlier call's answer was lost). A node relay's (docs/relay.md). Before the steps. */
-void ga_client_set_successor(ga_client *c);
 
 /* One compressed delta that a pull applied: tensor `tensor` (registration order), elements
  * [offset, offset + count), with the codec, its parameters and the payload as received, taking

@@ -465,10 +465,19 @@ static ga_status push_send(ga_client *c, ga_shard *sh, push_arg *a, char *why, s
     return ga_shard_retry(c, sh, push_attempt, a, why, cap);
 }
 
+/* Notes the step a push call may have reached the server with (sh->sent_any, sh->sent_max). */
+static void note_sent(ga_shard *sh, const push_arg *a, ga_status st)
+{
+    if (st != GA_OK && !a->maybe_counted) return;
+    if (!sh->sent_any || a->step > sh->sent_max) sh->sent_max = a->step;
+    sh->sent_any = true;
+}
+
 ga_status ga_shard_repush(ga_client *c, ga_shard *sh, char *why, size_t cap)
 {
     push_arg a = {sh->step, NULL, false};
     ga_status st = push_send(c, sh, &a, why, cap);
+    note_sent(sh, &a, st);
     if (a.resp) protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
     return st;
 }
@@ -481,12 +490,16 @@ ga_status ga_shard_push(ga_client *c, ga_shard *sh)
     ga_shard_turn_wait(c, sh, GA_TURN_SENT);
     ga_status st = push_send(c, sh, &a, why, sizeof why);
     ga_shard_turn_pass(c, sh, GA_TURN_SENT); /* also when no attempt got as far as sending */
+    bool sent_before = sh->sent_any && a.step <= sh->sent_max; /* by an earlier call of this client's */
+    note_sent(sh, &a, st);
     if (st != GA_OK) return ga_shard_fail_call(sh, st, why, "push step %llu", (unsigned long long)a.step);
     sh->ack = a.resp->version;
-    /* A duplicate that none of this call's attempts can have caused: the step was counted with
-     * the bytes of an earlier call whose answer was lost (that call failed with a status of
-     * unknown fate), so these bytes were not counted. */
-    sh->stale_ack = a.resp->duplicate && !a.maybe_counted;
+    /* A duplicate that none of this call's attempts can have caused, of a step an earlier call
+     * of this client's pushed (its answer lost, or a server that came back older kept it): the
+     * step was counted with that call's bytes, so these were not. A duplicate of a step this
+     * client never pushed was counted with its predecessor's (the rank's incarnation before it,
+     * which pushed this step before it failed): these bytes are that step's again, not new. */
+    sh->stale_ack = a.resp->duplicate && !a.maybe_counted && sent_before;
     protobuf_c_message_free_unpacked(&a.resp->base, &ga_wire_allocator);
     return GA_OK;
 }

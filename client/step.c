@@ -81,10 +81,10 @@ static ga_status push_then_pull(ga_client *c, ga_shard *sh)
     } else if (st == GA_OK) {
         sh->want = c->opt.mode == GA_MODE_ASYNC ? sh->ack : sh->step + 1;
         if (c->opt.mode == GA_MODE_ASYNC) sh->step++; /* the worker's own push counter */
-        /* The server had this step already, from an earlier call whose answer was lost: these
-         * gradients were not counted, so they travel with the next step, as a straggler's do;
-         * a successor's were (ga_client_set_successor). */
-        sh->late = sh->stale_ack && !c->successor;
+        /* The server had this step already, from an earlier call of this client's whose answer
+         * was lost: these gradients were not counted, so they travel with the next step, as a
+         * straggler's do (ga_shard_push). */
+        sh->late = sh->stale_ack;
         if (c->opt.mode == GA_MODE_SYNC && c->opt.staleness > 0 && !sh->late) {
             sh->want = stale_want(c, sh);
             if (sh->want == 0) { /* it holds a version recent enough, and no newer one exists */

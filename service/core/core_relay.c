@@ -14,6 +14,7 @@
 
 static void uplink_done(void *arg, const ga_uplink_result *res);
 static void hand_sums(ga_job *job);
+static void sums_release(ga_job *job);
 static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas);
 
 ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why)
@@ -205,17 +206,29 @@ static void create_done(ga_task *t)
 }
 
 /* A job that joined upstream again (ga_core_relay_resume): its tensors take the upstream's
- * version, which the node's workers get once their inits are answered. */
+ * version, which the node's workers get once their inits are answered. That version is the
+ * node's, or the one after it when the step whose sums the node holds closed upstream (counted
+ * this member's push) but the failure reached the node before the version did: then it is that
+ * step's result, and the sums are let go. */
 static void rejoined(ga_job *job, const ga_uplink_result *res)
 {
-    if (res->version != job->version) {
+    bool held_step_closed = job->relay_sums && job->relay_step == job->version && res->version == job->version + 1 &&
+                            res->counted && res->counted_step == job->relay_step;
+    if (res->version != job->version && !held_step_closed) {
         ga_core_job_fault(job, GA_E_VERSION,
                           "joined upstream again at version %" PRIu64 ", but this node holds version %" PRIu64
                           ": the upstream job went on without it",
                           res->version, job->version);
         return;
     }
+    if (held_step_closed) sums_release(job);
     if (!publish_values(job, res, false)) return;
+    if (held_step_closed) {
+        ga_log(GA_LOG_INFO, "job '%s': upstream closed step %" PRIu64 " with this node's sums before it failed",
+               job->name, job->version);
+        job->version = res->version;
+        job->steps++;
+    }
     job->relay_ready = true;
     ga_log(GA_LOG_INFO, "job '%s': relayed again from version %" PRIu64, job->name, job->version);
     if (job->relay_sums) hand_sums(job); /* the step the failure interrupted */

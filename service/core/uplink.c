@@ -129,8 +129,8 @@ static ga_status join_and_init(ga_uplink *u)
                                   u->values[i], &to, &index);
         if (st != GA_OK) return fail(u, st, "add_tensor");
     }
-    /* A relay restarted in place pushes its node's sum of a step again: counted once upstream. */
-    ga_client_set_successor(u->client);
+    /* A relay restarted in place pushes its node's sum of a step again: answered as a duplicate
+     * of its predecessor's push, counted once upstream (a new client never folds it back). */
     if ((st = ga_client_init(u->client)) != GA_OK) return fail(u, st, "init");
     u->version = ga_client_version(u->client);
     if ((st = ga_client_committed_step(u->client, &u->counted, &u->counted_step)) != GA_OK)

@@ -54,9 +54,10 @@ def run_ranks(fn: Callable[[int], Any], world: int, timeout: float = 60.0) -> Li
         t.join(timeout)
     alive = [r for r, t in enumerate(threads) if t.is_alive()]
     assert not alive, f"ranks {alive} still running after {timeout}s"
-    if errors:
+    if errors:  # every rank's error: the first rank's may only be the consequence of another's
         r = min(errors)
-        raise AssertionError(f"rank {r} failed: {errors[r]!r}") from errors[r]
+        others = "".join(f"; rank {o}: {errors[o]!r}" for o in sorted(errors) if o != r)
+        raise AssertionError(f"rank {r} failed: {errors[r]!r}{others}") from errors[r]
     return [results[r] for r in range(world)]
 
 

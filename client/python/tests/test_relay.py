@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -32,15 +32,71 @@ LR = 0.1
 Params = Tuple[np.ndarray, np.ndarray]
 
 
+class StallProxy:
+    """A TCP relay in front of `target` whose answers (target to client) can be held: hold()
+    stops forwarding them, release() forwards what was held and goes on. The client's direction
+    always flows, so a request arrives while its answer waits."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.closed = False
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.conns: List[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        host, port = self.target.rsplit(":", 1)
+        while True:
+            try:
+                down, _ = self.sock.accept()
+            except OSError:
+                return
+            up = socket.create_connection((host, int(port)))
+            self.conns += [down, up]
+            threading.Thread(target=self._pump, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if answers:
+                    self.flowing.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def release(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self.release()
+        self.sock.close()
+        for s in self.conns:
+            s.close()
+
+
 class Layout:
     """An upstream server and one relay per node, stopped at teardown."""
 
-    def __init__(self, tmp: Path, *relay_args: str) -> None:
+    def __init__(self, tmp: Path, *relay_args: str, stall_node: Optional[int] = None) -> None:
         """relay_args "auto": the relays are given K alone and learn each job's node and node
-        count from its workers (a relay per Kubernetes node); else node and nodes are given."""
+        count from its workers (a relay per Kubernetes node); else node and nodes are given.
+        stall_node: that node's relay reaches the upstream through a StallProxy (.proxy)."""
         binary = gradagg._lib.server_binary()
         (tmp / "up").mkdir()
         self.up = Server(binary, tmp / "up")
+        self.proxy = StallProxy(self.up.addr) if stall_node is not None else None
         self.relays: List[Server] = []
         self.admin: List[str] = []  # each relay's /metrics
         auto = "auto" in relay_args
@@ -50,7 +106,8 @@ class Layout:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.admin.append(f"127.0.0.1:{s.getsockname()[1]}")
-            self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", self.up.addr, *place,
+            upstream = self.proxy.addr if self.proxy and n == stall_node else self.up.addr
+            self.relays.append(Server(binary, tmp / f"node{n}", "--relay-to", upstream, *place,
                                       "--relay-workers", str(K), "--admin-listen", self.admin[-1],
                                       *[a for a in relay_args if a != "auto"]))
 
@@ -68,6 +125,8 @@ class Layout:
     def stop(self) -> None:
         for s in self.relays + [self.up]:
             s.stop()
+        if self.proxy:
+            self.proxy.close()
 
 
 @pytest.fixture
@@ -115,11 +174,12 @@ def scalar_model(steps: int, members: Sequence[Sequence[int]], worker_codec: str
 
 
 def train(lay: Layout, job: str, rank: int, steps: int, codec: str = "none", jitter: float = 0.0,
-          before_step=None, step_timeout_ms: int = FAST["step_timeout_ms"]) -> Tuple[np.ndarray, np.ndarray, int]:
+          before_step=None, **options) -> Tuple[np.ndarray, np.ndarray, int]:
+    """options: the Client's, over FAST."""
     w, b = regression_init()
     x, y = regression_data(rank)
     rng = random.Random(rank)
-    opts = dict(FAST, step_timeout_ms=step_timeout_ms)
+    opts = dict(FAST, **options)
     with gradagg.Client(lay.relay_of(rank).addr, job, rank, W, mean=True, optimizer=gradagg.SGD(lr=LR),
                         **opts) as c:
         c.add_tensor("w", w, codec=codec)
@@ -252,10 +312,11 @@ def test_a_relay_restarted_loses_nothing(layout: Layout, job: str, when: str) ->
             assert release["late" if in_step else "node0"].wait(60)
 
     results: List = []
-    # A long pull timeout: the other node's workers wait out the relay's restart (slow under load).
+    # A long pull timeout: the other node's workers wait out the relay's restart (slow under load);
+    # node 1's retry for as long as it may take (the SDK's default), not FAST's two retries.
+    retry = dict(step_timeout_ms=120000, max_retries=None, retry_budget_ms=120000)
     t = threading.Thread(target=lambda: results.append(
-        run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step, step_timeout_ms=120000), W,
-                  timeout=240)))
+        run_ranks(lambda r: train(layout, job, r, STEPS, before_step=before_step, **retry), W, timeout=240)))
     t.start()
     relay = layout.relays[1]
     if in_step:
@@ -320,15 +381,14 @@ def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -
     assert_all_equal(out, scalar_model(STEPS, members), STEPS)
 
 
-def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout: Layout, job: str) -> None:
-    """Rank 5 (node 1) leaves as failed at step 3 (the others push step 3 after it), without a
-    straggler policy: every worker of both nodes gets GA_E_RANK_FAILED naming it (node 0's through
-    the upstream job); the relays leave upstream. The workers started again (new incarnations)
-    make the relays join upstream again and the job goes on from version 3, the step the failure
-    interrupted counted once: every worker ends with the scalar model's exact bits."""
-    FAIL_AT = 3
-    failed = threading.Event()  # the others push step 3 once rank 5 has failed: no step closes without it
+FAIL_AT = 3  # rank 5 (node 1) leaves as failed before its step 3
 
+
+def train_until_rank_5_fails(layout: Layout, job: str, before_step, after_failure) -> None:
+    """Every worker trains; rank 5 leaves as failed at step FAIL_AT, then calls after_failure();
+    before_step(rank, s) runs before each other step. Without a straggler policy every other
+    worker of both nodes gets GA_E_RANK_FAILED naming it by its global rank (node 0's through
+    the upstream job, where node 1's relay is rank 1)."""
     def first(rank: int) -> str:
         w, b = regression_init()
         x, y = regression_data(rank)
@@ -340,10 +400,9 @@ def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout:
             for s in range(STEPS):
                 if s == FAIL_AT and rank == 5:
                     c.close(failure="boom")
-                    failed.set()
+                    after_failure()
                     return "failed"
-                if s == FAIL_AT:
-                    assert failed.wait(30)
+                before_step(rank, s)
                 c.step(regression_grads(w, b, x, y))
         except gradagg.errors.RankFailedError as e:
             c.close()
@@ -352,11 +411,15 @@ def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout:
         return "finished"
 
     outcomes = run_ranks(first, W, timeout=60)
-    for r, o in enumerate(outcomes):  # named by its global rank; node 0's through the upstream (node 1)
+    for r, o in enumerate(outcomes):
         want = ("failed" if r == 5 else "rank 5 failed: boom" if r >= K
                 else "upstream rank 1 failed: rank 5 failed: boom")
         assert want in o, (r, o)
 
+
+def resume_to_the_end(layout: Layout, job: str) -> None:
+    """Every worker started again as a new incarnation (resume) trains to version STEPS: each
+    ends with the scalar model's exact bits, every step counted once."""
     def again(rank: int):
         w, b = regression_init()
         x, y = regression_data(rank)
@@ -370,6 +433,53 @@ def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout:
             return w, b, c.version
 
     assert_all_equal(run_ranks(again, W, timeout=120), scalar_model(STEPS, [range(W)] * STEPS), STEPS)
+
+
+def test_a_failed_worker_fails_the_relayed_job_and_restarting_resumes_it(layout: Layout, job: str) -> None:
+    """Rank 5 leaves as failed at step 3 and the others push step 3 after it: every worker of
+    both nodes gets GA_E_RANK_FAILED naming it; the relays leave upstream. The workers started
+    again (new incarnations) make the relays join upstream again and the job goes on from
+    version 3, the step the failure interrupted counted once: every worker ends with the scalar
+    model's exact bits."""
+    failed = threading.Event()  # no step closes without rank 5
+
+    def before_step(rank: int, s: int) -> None:
+        if s == FAIL_AT:
+            assert failed.wait(30)
+
+    train_until_rank_5_fails(layout, job, before_step, failed.set)
+    resume_to_the_end(layout, job)
+
+
+def test_a_version_the_failure_kept_from_a_relay_is_taken_when_it_joins_again(tmp_path: Path, job: str) -> None:
+    """Node 0's relay pushes step 2 upstream while the upstream's answers to it are held (a
+    StallProxy) until the upstream job has failed: step 2 closed upstream (version 3, which
+    node 1 got), then rank 5 failed, and node 0's relay learns of the failure instead of version
+    3. Once the workers are started again the relays join upstream again, and node 0's relay
+    takes version 3 as the result of the step it pushed (the upstream counted it) rather than
+    failing on the versions' difference: every worker ends with the scalar model's bits."""
+    layout = Layout(tmp_path, stall_node=0)
+    proxy = layout.proxy
+    assert proxy is not None
+    try:
+        node0_at_step_2 = threading.Barrier(K, action=proxy.hold, timeout=30)
+
+        def before_step(rank: int, s: int) -> None:
+            if s == FAIL_AT - 1 and rank < K:
+                node0_at_step_2.wait()
+
+        def upstream_failed() -> bool:
+            rc, doc = cli_json("--server", layout.up.addr, "status", job)
+            return rc == 0 and bool(doc["shards"][0].get("failure"))
+
+        def release_once_upstream_failed() -> None:
+            wait_for("the upstream job failed", upstream_failed, 30)
+            proxy.release()
+
+        train_until_rank_5_fails(layout, job, before_step, release_once_upstream_failed)
+        resume_to_the_end(layout, job)
+    finally:
+        layout.stop()
 
 
 def test_hostile_requests_to_a_relay(layout: Layout, job: str) -> None:
