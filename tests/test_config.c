@@ -186,6 +186,9 @@ static void test_invalid_values_refused(void **state)
         {NULL, "--max-memory-mb=1024", NULL, {"--max-stream-mb", "--max-memory-mb", NULL}},
         {NULL, "--tls-cert=/x.pem", NULL, {"--tls-cert", "--tls-key", "both or neither"}},
         {NULL, "--tls-client-ca=/ca.pem", NULL, {"--tls-client-ca", "needs --tls-cert", NULL}},
+        {NULL, "--relay-tls-cert=/c.pem", NULL, {"--relay-tls-cert", "--relay-tls-key", "both or neither"}},
+        {NULL, "--relay-tls-target-name=x", NULL, {"--relay-tls-target-name", "need --relay-tls-ca", NULL}},
+        {NULL, "--relay-tls-ca=/ca.pem", NULL, {"--relay-tls-ca", "needs --relay-to", NULL}},
         /* optional settings: empty is off, anything else must be valid */
         {NULL, "--admin-listen=nowhere", NULL, {"--admin-listen", "or empty for off", NULL}},
         {NULL, "--journal-sync=always", NULL, {"--journal-sync", "one of none|step|push", NULL}},
@@ -315,6 +318,10 @@ static void test_help_lists_every_row(void **state)
         {"--relay-nodes", "GRADAGG_RELAY_NODES", NULL},
         {"--relay-workers", "GRADAGG_RELAY_WORKERS", NULL},
         {"--relay-codec", "GRADAGG_RELAY_CODEC", "2bit[:threshold | :auto]"},
+        {"--relay-tls-ca", "GRADAGG_RELAY_TLS_CA", NULL},
+        {"--relay-tls-cert", "GRADAGG_RELAY_TLS_CERT", NULL},
+        {"--relay-tls-key", "GRADAGG_RELAY_TLS_KEY", NULL},
+        {"--relay-tls-target-name", "GRADAGG_RELAY_TLS_TARGET_NAME", NULL},
     };
     assert_int_equal(COUNT(expect), GA_CFG_KEYS);
     char *out = capture(help_to, NULL);

@@ -601,6 +601,14 @@ static void test_tls_without_client_certificates(void **state)
 
 /* ---- bad files ---- */
 
+/* A relay's upstream TLS files (--relay-tls-*), all valid. */
+static void relay_files(ga_config *cfg)
+{
+    snprintf(cfg->relay_tls_ca, sizeof cfg->relay_tls_ca, "%s", F.ca);
+    snprintf(cfg->relay_tls_cert, sizeof cfg->relay_tls_cert, "%s", F.client_cert);
+    snprintf(cfg->relay_tls_key, sizeof cfg->relay_tls_key, "%s", F.client_key);
+}
+
 static void test_server_refuses_bad_files(void **state)
 {
     (void)state;
@@ -627,9 +635,18 @@ static void test_server_refuses_bad_files(void **state)
         {"missing token file", offsetof(ga_config, auth_tokens), F.missing, GA_E_IO, "--auth-tokens", "cannot open"},
         {"malformed token file", offsetof(ga_config, auth_tokens), F.bad_tokens, GA_E_CONFIG, "--auth-tokens",
          ":2: token of job 'beta' has 5 characters"},
+        /* A relay's upstream files, checked the same way. */
+        {"missing upstream CA", offsetof(ga_config, relay_tls_ca), F.missing, GA_E_IO, "--relay-tls-ca", "cannot open"},
+        {"upstream CA that is not PEM", offsetof(ga_config, relay_tls_ca), F.garbage, GA_E_CONFIG, "--relay-tls-ca",
+         "holds no PEM certificate"},
+        {"missing relay certificate", offsetof(ga_config, relay_tls_cert), F.missing, GA_E_IO, "--relay-tls-cert",
+         "cannot open"},
+        {"relay key of another certificate", offsetof(ga_config, relay_tls_key), F.server_key, GA_E_CONFIG,
+         "--relay-tls-key", "is not the private key of --relay-tls-cert"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         secure_config(&cfg, true, true);
+        relay_files(&cfg);
         snprintf((char *)&cfg + rows[i].field, GA_CONFIG_PATH_MAX, "%s", rows[i].path);
         ga_security sec;
         char why[2048] = "";
@@ -642,7 +659,13 @@ static void test_server_refuses_bad_files(void **state)
         assert_int_equal(ga_server_start(&cfg, &s), rows[i].want);
         assert_null(s);
     }
-    /* The same files in their right places start. */
+    /* The same files in their right places pass, the relay's too; the server's start. */
+    secure_config(&cfg, true, true);
+    relay_files(&cfg);
+    ga_security sec;
+    char why[2048] = "";
+    if (ga_security_load(&cfg, &sec, why, sizeof why) != GA_OK) fail_msg("valid files refused: %s", why);
+    ga_security_free(&sec);
     secure_config(&cfg, true, true);
     srv v;
     srv_start(&v, &cfg);

@@ -267,7 +267,7 @@ static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest 
     GA_CHECK(ga_core_job_create(c, req->job, req->config, out, why));
     snprintf((*out)->creator, sizeof (*out)->creator, "%s", host);
     if (c->opt.relay) {
-        ga_status st = ga_core_relay_attach(*out, req, why);
+        ga_status st = ga_core_relay_attach(*out, call, req, why);
         if (st != GA_OK) {
             ga_core_job_drop(c, *out);
             *out = NULL;

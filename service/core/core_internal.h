@@ -151,7 +151,7 @@ void ga_core_inits_wake(ga_core *c, ga_job *job);
 
 /* A node relay's job (core_relay.c, relay.h). */
 /* After the first Join created the job: starts its upstream member. */
-ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why);
+ga_status ga_core_relay_attach(ga_job *job, ga_call *call, const Gradagg__V1__JoinRequest *req, char *why);
 /* An init of a relay job whose tensors do not hold the upstream version yet (checked whole,
  * check_init): parked; the first that can (node 0: one with values; else any) starts the
  * upstream init with its tensors, which are registered now. Takes init. */

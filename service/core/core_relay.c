@@ -2,6 +2,7 @@
  * store without mean), and its uplink (uplink.h) takes each step's sums upstream and brings the
  * upstream version back, which the job publishes to its workers as its own. Loop thread. */
 #include <inttypes.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,30 @@ static void hand_sums(ga_job *job);
 static void sums_release(ga_job *job);
 static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas);
 
-ga_status ga_core_relay_attach(ga_job *job, const Gradagg__V1__JoinRequest *req, char *why)
+/* The bearer token of a call ("authorization: Bearer <token>", one entry: docs/protocol.md,
+ * "Security"), copied into out[0..cap) ("" when it carries none, or one that does not fit). */
+static void bearer_of(const ga_call *call, char *out, size_t cap)
 {
-    return ga_uplink_create(job->core->opt.relay, &job->relay_place, job->name, req->config, req->resume,
-                            job->core->loop, uplink_done, job, &job->uplink, why, GA_WHY_CAP);
+    static const char scheme[] = "Bearer ";
+    const char *value;
+    size_t len;
+    out[0] = '\0';
+    if (ga_call_metadata(call, "authorization", &value, &len) != 1 || len < sizeof scheme ||
+        memcmp(value, scheme, sizeof scheme - 1) != 0 || len - (sizeof scheme - 1) >= cap)
+        return;
+    memcpy(out, value + sizeof scheme - 1, len - (sizeof scheme - 1));
+    out[len - (sizeof scheme - 1)] = '\0';
+}
+
+ga_status ga_core_relay_attach(ga_job *job, ga_call *call, const Gradagg__V1__JoinRequest *req, char *why)
+{
+    /* The job's upstream calls carry the token of the Join that created it here. */
+    char token[GA_UPLINK_TOKEN_MAX + 1];
+    bearer_of(call, token, sizeof token);
+    ga_status st = ga_uplink_create(job->core->opt.relay, &job->relay_place, job->name, req->config, req->resume,
+                                    token, job->core->loop, uplink_done, job, &job->uplink, why, GA_WHY_CAP);
+    OPENSSL_cleanse(token, sizeof token);
+    return st;
 }
 
 /* ---- ranks ---- */

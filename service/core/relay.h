@@ -30,6 +30,9 @@ typedef struct ga_relay_options {
     ga_codec_id codec;      /* the node's push upstream, every tensor */
     ga_codec_params params; /* its parameters (threshold, top-k ratio, ...) */
     bool auto_threshold;    /* 2bit: the SDK picks the threshold each step (docs/auto-threshold.md) */
+    /* TLS upstream (the SDK's options, read at each upstream client's create); NULL: plaintext,
+     * no client certificate, the address's host. */
+    const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_target_name;
 } ga_relay_options;
 
 /* A job's place in its relayed layout: this relay is node `node` of `nodes`, serving the global

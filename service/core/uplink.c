@@ -1,6 +1,7 @@
 /* The relay's upstream member: a thread running one SDK command at a time (uplink.h). */
 #include "uplink.h"
 
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ typedef struct done_handle {
 struct ga_uplink {
     ga_client_options opt;
     char *server, *job;
+    char *token; /* the calls' bearer token (wiped when freed); NULL: none */
     ga_codec_id codec;
     ga_codec_params params;
     bool auto_threshold;
@@ -195,6 +197,13 @@ static void run_leave(ga_uplink *u)
     u->client = NULL;
 }
 
+static void token_free(ga_uplink *u)
+{
+    if (u->token) OPENSSL_cleanse(u->token, strlen(u->token));
+    ga_free(u->token);
+    u->token = NULL;
+}
+
 static void uplink_free(ga_uplink *u)
 {
     ga_client_abandon(u->client);
@@ -209,6 +218,7 @@ static void uplink_free(ga_uplink *u)
     }
     ga_free(u->values), ga_free(u->shapes), ga_free(u->tensors);
     ga_free(u->server), ga_free(u->job);
+    token_free(u);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
     ga_free(u);
@@ -285,7 +295,8 @@ static uint64_t incarnation_of(const char *job, uint32_t node)
     return h ? h : 1;
 }
 
-static void options_from(ga_uplink *u, const ga_relay_place *p, const Gradagg__V1__JobConfig *cfg, bool resume)
+static void options_from(ga_uplink *u, const ga_relay_options *r, const ga_relay_place *p,
+                         const Gradagg__V1__JobConfig *cfg, bool resume)
 {
     static const Gradagg__V1__Optimizer no_optim = GRADAGG__V1__OPTIMIZER__INIT;
     static const Gradagg__V1__Straggler no_straggler = GRADAGG__V1__STRAGGLER__INIT;
@@ -315,21 +326,27 @@ static void options_from(ga_uplink *u, const ga_relay_place *p, const Gradagg__V
         opt.pull_codec = GA_CODEC_NONE; /* the local job's create checked it already */
     opt.pull_auto_bits = cfg->pull_auto_bits;
     opt.resume = resume;
+    opt.auth_token = u->token;
+    opt.tls_ca_file = r->tls_ca_file;
+    opt.tls_cert_file = r->tls_cert_file;
+    opt.tls_key_file = r->tls_key_file;
+    opt.tls_target_name = r->tls_target_name;
     u->opt = opt;
 }
 
 ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *place, const char *job,
-                           const Gradagg__V1__JobConfig *cfg, bool resume, uv_loop_t *loop, ga_uplink_done done,
-                           void *arg, ga_uplink **out, char *why, size_t cap)
+                           const Gradagg__V1__JobConfig *cfg, bool resume, const char *token, uv_loop_t *loop,
+                           ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap)
 {
     ga_uplink *u = ga_calloc(1, sizeof *u);
     done_handle *h = ga_calloc(1, sizeof *h);
-    if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job))) {
-        if (u) ga_free(u->server), ga_free(u->job);
+    if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job)) ||
+        (token[0] && !(u->token = ga_strdup(token)))) {
+        if (u) ga_free(u->server), ga_free(u->job), token_free(u);
         ga_free(u), ga_free(h);
         return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating the uplink of job '%s'", job);
     }
-    options_from(u, place, cfg, resume);
+    options_from(u, r, place, cfg, resume);
     u->codec = r->codec;
     u->params = r->params;
     u->auto_threshold = r->auto_threshold;
@@ -346,7 +363,7 @@ ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *plac
         h->u = NULL;
         uv_close((uv_handle_t *)&h->async, handle_closed);
         u->done_h = NULL;
-        ga_free(u->server), ga_free(u->job);
+        ga_free(u->server), ga_free(u->job), token_free(u);
         pthread_mutex_destroy(&u->mu);
         pthread_cond_destroy(&u->cv);
         pthread_mutex_destroy(&u->tap_mu);

@@ -181,6 +181,18 @@ static const row rows[GA_CFG_KEYS] = {
     [GA_CFG_RELAY_CODEC] = ROW_OPT_TEXT("relay-codec", "GRADAGG_RELAY_CODEC", relay_codec, "none",
                                         "how a relay pushes its node's sum upstream: none, fp16, bf16, 1bit, "
                                         "2bit[:threshold | :auto] or topk[:ratio], with error feedback"),
+    [GA_CFG_RELAY_TLS_CA] = ROW_OPT_PATH("relay-tls-ca", "GRADAGG_RELAY_TLS_CA", relay_tls_ca, "",
+                                         "a relay's TLS upstream: PEM roots the upstream's certificate must chain "
+                                         "to; empty = plaintext upstream"),
+    [GA_CFG_RELAY_TLS_CERT] = ROW_OPT_PATH("relay-tls-cert", "GRADAGG_RELAY_TLS_CERT", relay_tls_cert, "",
+                                           "a relay's client certificate chain (PEM) for an upstream with mutual "
+                                           "TLS; empty = none"),
+    [GA_CFG_RELAY_TLS_KEY] = ROW_OPT_PATH("relay-tls-key", "GRADAGG_RELAY_TLS_KEY", relay_tls_key, "",
+                                          "private key of --relay-tls-cert (PEM)"),
+    [GA_CFG_RELAY_TLS_TARGET_NAME] = ROW_OPT_TEXT("relay-tls-target-name", "GRADAGG_RELAY_TLS_TARGET_NAME",
+                                                  relay_tls_target_name, "",
+                                                  "the name the upstream's certificate must carry; empty = the "
+                                                  "host of each upstream address"),
 };
 
 /* T_ENUM rows store the choice's index through an int. */
@@ -368,6 +380,20 @@ static bool check_combined(const ga_config *c, char *why, size_t cap)
     }
     if (*c->tls_client_ca && !*c->tls_cert) {
         say(why, cap, "--tls-client-ca (GRADAGG_TLS_CLIENT_CA) needs --tls-cert and --tls-key: mutual TLS is TLS");
+        return false;
+    }
+    if (!*c->relay_tls_cert != !*c->relay_tls_key) {
+        say(why, cap, "--relay-tls-cert and --relay-tls-key (GRADAGG_RELAY_TLS_CERT, GRADAGG_RELAY_TLS_KEY) go "
+                      "together: set both or neither");
+        return false;
+    }
+    if ((*c->relay_tls_cert || *c->relay_tls_target_name) && !*c->relay_tls_ca) {
+        say(why, cap, "--relay-tls-cert and --relay-tls-target-name need --relay-tls-ca (GRADAGG_RELAY_TLS_CA): "
+                      "they belong to a TLS upstream");
+        return false;
+    }
+    if (*c->relay_tls_ca && !*c->relay_to) {
+        say(why, cap, "--relay-tls-ca (GRADAGG_RELAY_TLS_CA) needs --relay-to: only a relay calls upstream");
         return false;
     }
     if (c->backend == GA_BACKEND_CUDA && !ga_cuda_built()) {

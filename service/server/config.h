@@ -67,6 +67,10 @@ typedef enum ga_config_key {
     GA_CFG_RELAY_NODES,
     GA_CFG_RELAY_WORKERS,
     GA_CFG_RELAY_CODEC,
+    GA_CFG_RELAY_TLS_CA,
+    GA_CFG_RELAY_TLS_CERT,
+    GA_CFG_RELAY_TLS_KEY,
+    GA_CFG_RELAY_TLS_TARGET_NAME,
     GA_CFG_KEYS
 } ga_config_key;
 
@@ -123,6 +127,10 @@ typedef struct ga_config {
     char relay_node[16];                /* "" = each job's first worker tells it */
     uint32_t relay_nodes, relay_workers;
     char relay_codec[64];               /* "name[:param]": the relay's push upstream */
+    char relay_tls_ca[GA_CONFIG_PATH_MAX];   /* PEM roots of the upstream's certificate; "" = plaintext */
+    char relay_tls_cert[GA_CONFIG_PATH_MAX]; /* the relay's client certificate upstream (mutual TLS) */
+    char relay_tls_key[GA_CONFIG_PATH_MAX];  /* its private key */
+    char relay_tls_target_name[256];         /* name checked in the upstream's certificate; "" = its host */
     ga_config_source source[GA_CFG_KEYS];
     /* Not a table row: whether the server catches SIGTERM/SIGINT (the binary does; in-process
      * tests do not). */

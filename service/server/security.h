@@ -1,6 +1,7 @@
 /* The server's TLS material and bearer tokens, read from the settings (--tls-cert, --tls-key,
  * --tls-client-ca, --auth-tokens) before anything starts, so a bad file stops the start with a
- * message naming the flag and the file. */
+ * message naming the flag and the file; a relay's upstream TLS files (--relay-tls-*) are checked
+ * the same way. */
 #ifndef GA_SECURITY_H
 #define GA_SECURITY_H
 

@@ -347,6 +347,10 @@ static ga_status set_shard(ga_server *s, int port)
 static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *why, size_t cap)
 {
     *r = (ga_relay_options){.upstream = cfg->relay_to, .nodes = cfg->relay_nodes, .workers = cfg->relay_workers};
+    r->tls_ca_file = cfg->relay_tls_ca[0] ? cfg->relay_tls_ca : NULL;
+    r->tls_cert_file = cfg->relay_tls_cert[0] ? cfg->relay_tls_cert : NULL;
+    r->tls_key_file = cfg->relay_tls_key[0] ? cfg->relay_tls_key : NULL;
+    r->tls_target_name = cfg->relay_tls_target_name[0] ? cfg->relay_tls_target_name : NULL;
     if (cfg->relay_node[0]) {
         char *end;
         unsigned long n = strtoul(cfg->relay_node, &end, 10);

@@ -89,13 +89,15 @@ class StallProxy:
 class Layout:
     """An upstream server and one relay per node, stopped at teardown."""
 
-    def __init__(self, tmp: Path, *relay_args: str, stall_node: Optional[int] = None) -> None:
+    def __init__(self, tmp: Path, *relay_args: str, stall_node: Optional[int] = None,
+                 up_args: Sequence[str] = ()) -> None:
         """relay_args "auto": the relays are given K alone and learn each job's node and node
         count from its workers (a relay per Kubernetes node); else node and nodes are given.
-        stall_node: that node's relay reaches the upstream through a StallProxy (.proxy)."""
+        stall_node: that node's relay reaches the upstream through a StallProxy (.proxy).
+        up_args: the upstream server's flags."""
         binary = gradagg._lib.server_binary()
         (tmp / "up").mkdir()
-        self.up = Server(binary, tmp / "up")
+        self.up = Server(binary, tmp / "up", *up_args)
         self.proxy = StallProxy(self.up.addr) if stall_node is not None else None
         self.relays: List[Server] = []
         self.admin: List[str] = []  # each relay's /metrics
@@ -478,6 +480,40 @@ def test_a_version_the_failure_kept_from_a_relay_is_taken_when_it_joins_again(tm
 
         train_until_rank_5_fails(layout, job, before_step, release_once_upstream_failed)
         resume_to_the_end(layout, job)
+    finally:
+        layout.stop()
+
+
+def test_relays_reach_a_tls_upstream_with_their_workers_token(tmp_path: Path, job: str) -> None:
+    """The upstream takes only TLS with a client certificate and each job's bearer token; the
+    relays have the upstream's CA, a client certificate of their own and the workers' token file.
+    Each relay's calls upstream carry the token its workers joined the job with: W = 8 trains to
+    the scalar model's exact bits. A job whose token the relays grant and the upstream does not
+    know is refused at its init with the upstream's E_UNAUTHENTICATED, the message saying so."""
+    import subprocess as sp
+    from test_rotation import NAME, pki
+    pki(tmp_path)
+    (tmp_path / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    sp.run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout relay.key -out relay.csr "
+           "-subj /CN=relay && openssl x509 -req -in relay.csr -CA ca1.pem -CAkey ca1.key -CAcreateserial "
+           "-out relay.pem -days 2 -extfile client.ext", shell=True, cwd=tmp_path, check=True, capture_output=True)
+    token, other = "relayed-token-0123456789", "unknown-upstream-0123456789"
+    (tmp_path / "up-tokens").write_text(f"{job} {token}\n")
+    (tmp_path / "relay-tokens").write_text(f"{job} {token}\nstranger {other}\n")
+    pem = {n: str(tmp_path / n) for n in ("server1.pem", "server1.key", "ca1.pem", "relay.pem", "relay.key")}
+    layout = Layout(tmp_path, "--relay-tls-ca", pem["ca1.pem"], "--relay-tls-cert", pem["relay.pem"],
+                    "--relay-tls-key", pem["relay.key"], "--relay-tls-target-name", NAME,
+                    "--auth-tokens", str(tmp_path / "relay-tokens"),
+                    up_args=("--tls-cert", pem["server1.pem"], "--tls-key", pem["server1.key"],
+                             "--tls-client-ca", pem["ca1.pem"], "--auth-tokens", str(tmp_path / "up-tokens")))
+    try:
+        out = run_ranks(lambda r: train(layout, job, r, STEPS, auth_token=token), W, timeout=120)
+        assert_all_equal(out, scalar_model(STEPS, [range(W)] * STEPS), STEPS)
+        with pytest.raises(gradagg.errors.GradaggError) as e:
+            with gradagg.Client(layout.relays[0].addr, "stranger", 0, W, auth_token=other, **FAST) as c:
+                c.add_tensor("w", np.zeros(4, F32))
+                c.init()
+        assert "E_UNAUTHENTICATED" in str(e.value) and "upstream join" in str(e.value), str(e.value)
     finally:
         layout.stop()
 
