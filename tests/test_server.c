@@ -445,6 +445,10 @@ static void test_binary_config_errors_exit_2(void **state)
     read_line(&c, line, sizeof line, TIMEOUT_MS);
     assert_non_null(strstr(line, "listen"));
     assert_int_equal(wait_exit(&c, TIMEOUT_MS), 0);
+    /* --print-config checks what only the start reads besides: a relay's codec. */
+    const char *relay[] = {"--print-config", "--relay-to", "127.0.0.1:1", "--relay-codec", "bogus", NULL};
+    child r = spawn(relay);
+    assert_int_equal(wait_exit(&r, TIMEOUT_MS), 2);
 }
 
 static void test_binary_sigterm_exits_0(void **state)

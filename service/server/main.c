@@ -52,6 +52,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (action == GA_CONFIG_PRINT) {
+        if (ga_server_check_config(&cfg, why, sizeof why) != GA_OK) {
+            fprintf(stderr, "gradagg-server: %s\n", why);
+            return 2;
+        }
         ga_config_print(&cfg, stdout);
         return 0;
     }

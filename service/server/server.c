@@ -365,6 +365,12 @@ static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *
     return ga_relay_check(r, why, cap);
 }
 
+ga_status ga_server_check_config(const ga_config *cfg, char *why, size_t cap)
+{
+    ga_relay_options r;
+    return cfg->relay_to[0] ? relay_options(cfg, &r, why, cap) : GA_OK;
+}
+
 static void setup(void *arg)
 {
     ga_server *s = arg;

@@ -22,6 +22,10 @@ typedef struct ga_server ga_server;
  * data_dir), GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE, GA_E_NOMEM; nothing is left running.
  * Returns owned (ga_server_destroy). Any thread. */
 ga_status ga_server_start(const ga_config *cfg, ga_server **out);
+/* The settings a start reads beyond ga_config_parse's checks (a relay's --relay-node and
+ * --relay-codec), checked as the start checks them: GA_E_CONFIG with the flag named in
+ * why[0..cap). For --print-config, which starts nothing. Any thread. */
+ga_status ga_server_check_config(const ga_config *cfg, char *why, size_t cap);
 /* The bound port (the real one when cfg->listen ends with :0). Any thread. */
 int ga_server_port(const ga_server *s);
 /* The admin HTTP port (/metrics, /healthz, /readyz; the real one when cfg->admin_listen ends
