@@ -300,6 +300,11 @@ ga_status ga_client_init(ga_client *c);
  *    next step: do not push them again;
  *  - a push whose fate is unknown (GA_E_UNAVAILABLE after the retries, GA_E_DEADLINE,
  *    GA_E_CANCELLED, GA_E_TRANSPORT): it may have been counted, so it is not folded back;
+ *  - a push answered as a duplicate of an earlier call's push of the same step (that call's
+ *    answer was lost): these payloads were not counted and are folded back as a straggler's;
+ *    a duplicate of a step this client never pushed was its predecessor's (the rank's
+ *    incarnation before it), counted once, and nothing is folded back (docs/protocol.md,
+ *    "Pushing a step again");
  *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
  *    may have been written: they hold a mix) and the next ga_client_step pulls first;
  *  - GA_E_NONFINITE from the server: the step's sum or optimizer overflowed and the job failed;
