@@ -469,7 +469,7 @@ static ga_status open_channels(ga_client *c, const ga_client_options *opt)
 {
     char authz[16 + 4096];
     bool token = opt->auth_token && opt->auth_token[0];
-    if (token && (size_t)snprintf(authz, sizeof authz, "Bearer %s", opt->auth_token) >= sizeof authz)
+    if (token && (size_t)snprintf(authz, sizeof authz, GA_WIRE_AUTH_SCHEME " %s", opt->auth_token) >= sizeof authz)
         return ga_client_fail(c, GA_E_CONFIG, "options: auth_token longer than %zu characters", sizeof authz - 8);
     ga_channel_security sec = {opt->tls_ca_file, opt->tls_cert_file, opt->tls_key_file, opt->tls_target_name,
                                token ? authz : NULL, opt->backoff_max_ms};

@@ -235,7 +235,7 @@ ga_status ga_stream_open(ga_channel *ch, ga_method_id m, uint32_t timeout_ms, ga
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (ch->has_auth) {
-        s->md.key = grpc_slice_from_static_string("authorization");
+        s->md.key = grpc_slice_from_static_string(GA_WIRE_AUTH_KEY);
         s->md.value = ch->auth;
         ops[0].data.send_initial_metadata.count = 1;
         ops[0].data.send_initial_metadata.metadata = &s->md;

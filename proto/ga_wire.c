@@ -6,9 +6,24 @@
 #include <grpc/slice.h>
 #include <stdbool.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ga_alloc.h"
 #include "ga_tsan.h"
+
+bool ga_wire_bearer(const char *v, size_t len, const char **tok, size_t *tlen)
+{
+    size_t s = sizeof GA_WIRE_AUTH_SCHEME - 1;
+    if (!v || len <= s || strncasecmp(v, GA_WIRE_AUTH_SCHEME, s) != 0 || v[s] != ' ') return false;
+    size_t i = s;
+    while (i < len && v[i] == ' ') i++;
+    if (i == len || len - i > GA_WIRE_TOKEN_MAX) return false;
+    for (size_t k = i; k < len; k++)
+        if (!ga_wire_token_byte((unsigned char)v[k])) return false;
+    *tok = v + i;
+    *tlen = len - i;
+    return true;
+}
 
 /* A switch over the enum without a default: -Wswitch names any status added to GA_STATUS_MAP
  * without a row here, and tests/test_methods.c checks that none falls through to UNKNOWN. */

@@ -8,6 +8,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,16 @@ extern "C" {
 /* Trailing-metadata key of every error status the server sends: the value is the ga_status
  * name ("E_STEP_CLOSED"), so the SDK recovers the exact status, not only the gRPC code. */
 #define GA_WIRE_STATUS_KEY "gradagg-status"
+
+/* Bearer tokens (docs/protocol.md, "Security"): the request metadata key, its scheme, and the
+ * longest token. A token is printable ASCII without a space (it goes into an HTTP/2 header). */
+#define GA_WIRE_AUTH_KEY "authorization"
+#define GA_WIRE_AUTH_SCHEME "Bearer"
+#define GA_WIRE_TOKEN_MAX 4096u
+static inline bool ga_wire_token_byte(unsigned char ch) { return ch > 0x20 && ch < 0x7f; }
+/* The token of an authorization value v[0..len): the scheme in any case (RFC 7235), one or more
+ * spaces, then 1 to GA_WIRE_TOKEN_MAX token bytes; *tok points into v. False for anything else. */
+bool ga_wire_bearer(const char *v, size_t len, const char **tok, size_t *tlen);
 
 /* The field number of the large `bytes` field of InitChunk, PushChunk and PullChunk. It is the
  * highest field of each, so it may be appended after the other fields. */

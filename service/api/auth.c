@@ -49,8 +49,6 @@ size_t ga_auth_jobs(const ga_auth *a) { return a ? a->n : 0; }
 /* ---- the file ---- */
 
 static bool blank(char ch) { return ch == ' ' || ch == '\t'; }
-/* A token goes into an HTTP/2 header value: printable ASCII, no space. */
-static bool token_byte(unsigned char ch) { return ch > 0x20 && ch < 0x7f; }
 /* A job name is the core's: any bytes but control characters and the separators. */
 static bool job_byte(unsigned char ch) { return ch > 0x20 && ch != 0x7f; }
 
@@ -84,7 +82,7 @@ static ga_status parse_line(const char *p, const char *end, const char *src, siz
             return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: job name holds control byte 0x%02x", src, line,
                                   (unsigned char)job[i]);
     for (size_t i = 0; i < tlen; i++)
-        if (!token_byte((unsigned char)tok[i]))
+        if (!ga_wire_token_byte((unsigned char)tok[i]))
             return ga_status_fail(GA_E_CONFIG, why, cap,
                                   "%s:%zu: token of job '%.*s' holds byte 0x%02x (printable ASCII only)", src, line,
                                   (int)jlen, job, (unsigned char)tok[i]);
@@ -204,22 +202,6 @@ ga_status ga_auth_load(const char *path, ga_auth **out, char *why, size_t cap)
 
 /* ---- the check ---- */
 
-/* "Bearer <token>": the scheme is case-insensitive (RFC 7235), then one or more spaces, then a
- * token of printable ASCII. */
-static bool bearer_token(const char *v, size_t len, const char **tok, size_t *tlen)
-{
-    size_t s = sizeof GA_AUTH_SCHEME - 1;
-    if (len <= s || strncasecmp(v, GA_AUTH_SCHEME, s) != 0 || v[s] != ' ') return false;
-    size_t i = s;
-    while (i < len && v[i] == ' ') i++;
-    if (i == len || len - i > GA_AUTH_TOKEN_MAX) return false;
-    for (size_t k = i; k < len; k++)
-        if (!token_byte((unsigned char)v[k])) return false;
-    *tok = v + i;
-    *tlen = len - i;
-    return true;
-}
-
 /* The check of ga_auth_check (op false) and ga_auth_check_operator (op true). */
 static ga_status check(const ga_auth *a, const char *job, bool op, const char *value, size_t len, size_t entries,
                        char *why, size_t cap)
@@ -236,7 +218,7 @@ static ga_status check(const ga_auth *a, const char *job, bool op, const char *v
                               named, entries);
     const char *tok;
     size_t tlen;
-    if (!bearer_token(value, len, &tok, &tlen))
+    if (!ga_wire_bearer(value, len, &tok, &tlen))
         return ga_status_fail(GA_E_UNAUTHENTICATED, why, cap,
                               "job '%.100s': malformed authorization metadata (expected 'Bearer <token>')", named);
     unsigned char d[DIGEST];

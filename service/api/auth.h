@@ -8,18 +8,18 @@
 #include <stddef.h>
 
 #include "ga_status.h"
+#include "ga_wire.h"
 
 typedef struct ga_auth ga_auth;
 
 /* Shortest and longest token accepted in the file. */
 #define GA_AUTH_TOKEN_MIN 16u
-#define GA_AUTH_TOKEN_MAX 4096u
+#define GA_AUTH_TOKEN_MAX GA_WIRE_TOKEN_MAX
 /* The job name of an operator's token in the file: it grants the operators' methods (Status,
  * DeleteJob, ListJobs) for every job, and no training method for any. */
 #define GA_AUTH_OPERATOR "*"
 /* The request metadata key, and the scheme its value starts with. */
-#define GA_AUTH_METADATA_KEY "authorization"
-#define GA_AUTH_SCHEME "Bearer"
+#define GA_AUTH_METADATA_KEY GA_WIRE_AUTH_KEY
 
 /* Parses text[0..len): lines "job token" separated by spaces or tabs; blank lines and lines
  * whose first non-blank character is '#' are skipped; "\r\n" endings are accepted. Refused, with

@@ -2,7 +2,6 @@
  * store without mean), and its uplink (uplink.h) takes each step's sums upstream and brings the
  * upstream version back, which the job publishes to its workers as its own. Loop thread. */
 #include <inttypes.h>
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "base/base.h"
 #include "core_internal.h"
 #include "ga_alloc.h"
+#include "ga_wire.h"
 #include "relay.h"
 #include "uplink.h"
 
@@ -18,30 +18,16 @@ static void hand_sums(ga_job *job);
 static void sums_release(ga_job *job);
 static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas);
 
-/* The bearer token of a call ("authorization: Bearer <token>", one entry: docs/protocol.md,
- * "Security"), copied into out[0..cap) ("" when it carries none, or one that does not fit). */
-static void bearer_of(const ga_call *call, char *out, size_t cap)
-{
-    static const char scheme[] = "Bearer ";
-    const char *value;
-    size_t len;
-    out[0] = '\0';
-    if (ga_call_metadata(call, "authorization", &value, &len) != 1 || len < sizeof scheme ||
-        memcmp(value, scheme, sizeof scheme - 1) != 0 || len - (sizeof scheme - 1) >= cap)
-        return;
-    memcpy(out, value + sizeof scheme - 1, len - (sizeof scheme - 1));
-    out[len - (sizeof scheme - 1)] = '\0';
-}
-
 ga_status ga_core_relay_attach(ga_job *job, ga_call *call, const Gradagg__V1__JoinRequest *req, char *why)
 {
-    /* The job's upstream calls carry the token of the Join that created it here. */
-    char token[GA_UPLINK_TOKEN_MAX + 1];
-    bearer_of(call, token, sizeof token);
-    ga_status st = ga_uplink_create(job->core->opt.relay, &job->relay_place, job->name, req->config, req->resume,
-                                    token, job->core->loop, uplink_done, job, &job->uplink, why, GA_WHY_CAP);
-    OPENSSL_cleanse(token, sizeof token);
-    return st;
+    /* The job's upstream calls carry the bearer token of the Join that created it here (one
+     * authorization entry; none otherwise). */
+    const char *value, *token = NULL;
+    size_t len, token_len = 0;
+    if (ga_call_metadata(call, GA_WIRE_AUTH_KEY, &value, &len) != 1 || !ga_wire_bearer(value, len, &token, &token_len))
+        token = NULL, token_len = 0;
+    return ga_uplink_create(job->core->opt.relay, &job->relay_place, job->name, req->config, req->resume, token,
+                            token_len, job->core->loop, uplink_done, job, &job->uplink, why, GA_WHY_CAP);
 }
 
 /* ---- ranks ---- */

@@ -335,16 +335,20 @@ static void options_from(ga_uplink *u, const ga_relay_options *r, const ga_relay
 }
 
 ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *place, const char *job,
-                           const Gradagg__V1__JobConfig *cfg, bool resume, const char *token, uv_loop_t *loop,
-                           ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap)
+                           const Gradagg__V1__JobConfig *cfg, bool resume, const char *token, size_t token_len,
+                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap)
 {
     ga_uplink *u = ga_calloc(1, sizeof *u);
     done_handle *h = ga_calloc(1, sizeof *h);
     if (!u || !h || !(u->server = ga_strdup(r->upstream)) || !(u->job = ga_strdup(job)) ||
-        (token[0] && !(u->token = ga_strdup(token)))) {
+        (token && !(u->token = ga_malloc(token_len + 1)))) {
         if (u) ga_free(u->server), ga_free(u->job), token_free(u);
         ga_free(u), ga_free(h);
         return ga_status_fail(GA_E_NOMEM, why, cap, "out of memory creating the uplink of job '%s'", job);
+    }
+    if (token) {
+        memcpy(u->token, token, token_len);
+        u->token[token_len] = '\0';
     }
     options_from(u, r, place, cfg, resume);
     u->codec = r->codec;

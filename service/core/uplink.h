@@ -47,17 +47,15 @@ typedef struct ga_uplink_result {
 /* Loop thread: the result of the last command. */
 typedef void (*ga_uplink_done)(void *arg, const ga_uplink_result *res);
 
-/* The longest bearer token an uplink carries (the server's token files allow 4096 characters). */
-#define GA_UPLINK_TOKEN_MAX 4096u
-
 /* For job `job` (copied) of config cfg (the workers', read at the call): the upstream member
  * is rank place->node of place->nodes with the job's optimizer, mean, pull codec and deadline, a quorum
  * of ga_relay_upstream_quorum, and an incarnation derived from the job and the node, so a relay
- * restarted in place is the same member. Its calls carry `token` (copied, wiped when freed; ""
- * = none) as their bearer token, and use r's TLS settings. Starts the thread; nothing is sent yet. */
+ * restarted in place is the same member. Its calls carry token[0..token_len) (copied, wiped when
+ * freed; NULL = none) as their bearer token, and use r's TLS settings. Starts the thread; nothing
+ * is sent yet. */
 ga_status ga_uplink_create(const ga_relay_options *r, const ga_relay_place *place, const char *job,
-                           const Gradagg__V1__JobConfig *cfg, bool resume, const char *token, uv_loop_t *loop,
-                           ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap);
+                           const Gradagg__V1__JobConfig *cfg, bool resume, const char *token, size_t token_len,
+                           uv_loop_t *loop, ga_uplink_done done, void *arg, ga_uplink **out, char *why, size_t cap);
 /* Joins upstream, registers the tensors (copied) and inits: values (node 0: each tensor's
  * initial values, copied) or NULL (await node 0's), then pulls the current version and asks
  * which step this member committed last. done gets both. GA_E_INVAL (nothing started) while a command runs. */
