@@ -64,7 +64,7 @@ for p in train_pkgconfig cmake/train_shared cmake/train_static; do
     { echo "$out"; fail "$p did not train"; }
   first=$(echo "$out" | sed -n 's/^step *1 .* loss \([0-9.]*\) .*/\1/p')
   final=$(echo "$out" | sed -n 's/^final loss \([0-9.]*\) .*/\1/p')
-  [ -n "$first" ] && [ -n "$final" ] && echo "$out" | grep -q ' steps 30 ' || { echo "$out"; fail "$p: no 30 steps"; }
+  [ -n "$first" ] && [ -n "$final" ] && grep -q ' steps 30 ' <<< "$out" || { echo "$out"; fail "$p: no 30 steps"; }
   awk -v a="$final" -v b="$first" 'BEGIN { exit !(a < b) }' || fail "$p: loss $first -> $final did not fall"
   echo "install check: $p trained 30 steps: loss $first -> $final"
   finals+=("$(echo "$out" | grep '^final loss ')")

@@ -24,6 +24,19 @@ def build_dir() -> Path:
     return Path(env) if env else Path(_lib.LIBRARY_PATH).resolve().parent.parent
 
 
+def child_env(**extra: str) -> Dict[str, str]:
+    """os.environ for a Python worker process, plus extra: the worker imports the gradagg package
+    this suite imported (the source tree or the installed package) and loads the same
+    libgradagg.so, never another build's (a newer sanitizer build in build/ would abort it)."""
+    import gradagg
+    from gradagg import _lib
+    package_dir = str(Path(gradagg.__file__).resolve().parents[1])
+    env = dict(os.environ, GRADAGG_LIB=str(Path(_lib.LIBRARY_PATH).resolve()))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_dir, env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
 def built_program(name: str) -> str:
     """build_dir()/tests/<name>: fails the test where scripts/test built it (GRADAGG_BUILD set),
     else skips it when it is not built."""

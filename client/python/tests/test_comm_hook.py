@@ -2,7 +2,6 @@
 through gradagg-server (a reduce-only job per bucket)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +10,13 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
+from _util import child_env
+
 WORKER = Path(__file__).with_name("ddp_hook_worker.py")
 
 
 def run(tmp: Path, tag: str, *args: str, world: int = 2) -> List[Dict[str, Any]]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env = child_env(OMP_NUM_THREADS="1")
     store = tmp / f"{tag}.store"
     procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--store",
                                str(store), "--out", str(tmp / f"{tag}.{r}.pt"), *args],

@@ -22,7 +22,7 @@ import pytest
 
 import gradagg
 from conftest import Server
-from _util import FAST
+from _util import FAST, child_env
 from elastic_worker import N, grad, initial
 from test_cli import cli_json
 
@@ -34,9 +34,7 @@ class Worker:
     def __init__(self, tmp: Path, name: str, addr: str, job: str, *args: str) -> None:
         self.log = tmp / f"{name}.log"
         self.out = open(tmp / f"{name}.out", "wb")
-        env = dict(os.environ)
-        if env.get("GRADAGG_PACKAGE") != "installed":  # else the installed package
-            env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parents[1]), env.get("PYTHONPATH", "")])
+        env = child_env()
         self.proc = subprocess.Popen([sys.executable, str(WORKER), "--server", addr, "--job", job, "--log",
                                       str(self.log), *args], stdout=self.out, stderr=subprocess.STDOUT, env=env)
 

@@ -6,7 +6,6 @@ rank instead. A rank busy longer than --rank-lost-ms between calls is not lost (
 the job resumes once every rank is restarted."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 import gradagg
 from gradagg import _lib, errors
-from _util import run_ranks
+from _util import child_env, run_ranks
 from test_cli import cli_json
 from conftest import Server
 
@@ -65,7 +64,7 @@ def rank_1_program(server: Server, job: str, then: str, **popen: Any) -> subproc
         for i in range(3):
             c.step([np.ones_like(p)])
     """) + then + "\n"
-    env = dict(os.environ, PYTHONPATH=str(Path(gradagg.__file__).resolve().parents[1]))
+    env = child_env()
     return subprocess.Popen([sys.executable, "-c", script], env=env, text=True, **popen)
 
 

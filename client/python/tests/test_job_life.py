@@ -5,7 +5,6 @@ job once no rank of it is live; hundreds of short jobs in a row leave the server
 and metric series flat."""
 from __future__ import annotations
 
-import os
 import socket
 import time
 import urllib.request

@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 import pytest

@@ -6,7 +6,6 @@ arrival order; through a relay killed and restarted mid-step, and a worker SIGKI
 node; and what a relay refuses. Real servers on 127.0.0.1:0."""
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -23,7 +22,7 @@ import pytest
 
 import gradagg
 from conftest import Server
-from _util import F32, FAST, regression_data, regression_grads, regression_init, run_ranks
+from _util import F32, FAST, child_env, regression_data, regression_grads, regression_init, run_ranks
 from test_cli import cli_json
 
 NODES, K = 2, 4
@@ -349,9 +348,7 @@ def test_a_worker_lost_inside_a_node(layout: Layout, job: str, tmp_path: Path) -
     relay closes its steps without it (quorum ceil(6 * 4 / 8) = 3 of its 4) and pushes the sum of
     3 workers: the upstream mean divides by 7 from then on, as the scalar model."""
     LOST_AT, deadline, quorum = 4, 3000, 6
-    env = dict(os.environ)
-    if env.get("GRADAGG_PACKAGE") != "installed":  # else the installed package
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env = child_env()
     worker = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "relay_worker.py"), "--server", layout.relay_of(7).addr,
          "--job", job, "--rank", "7", "--world", str(W), "--steps", str(LOST_AT), "--lr", str(LR),
