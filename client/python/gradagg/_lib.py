@@ -3,7 +3,9 @@
 Search order, first that loads wins:
   1. ``$GRADAGG_LIB`` (a path to the shared object; nothing else is tried when it is set),
   2. ``libgradagg.so`` inside this package (what ``pip install ./client/python`` puts there),
-  3. ``<repo>/build/*/client/libgradagg.so``, newest first (the in-tree CMake builds),
+  3. ``<repo>/build/*/client/libgradagg.so``, newest first (the in-tree CMake builds), except
+     sanitizer builds (``GA_SANITIZE`` set: their runtime must come first in the process, and
+     loading one into Python aborts it rather than failing),
   4. ``ctypes.util.find_library("gradagg")`` (an installed library).
 """
 from __future__ import annotations
@@ -20,6 +22,15 @@ from . import _structs as S
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+def _sanitizer_build(build: Path) -> bool:
+    """Whether the CMake build in build/ was configured with a sanitizer (GA_SANITIZE non-empty)."""
+    try:
+        cache = (build / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith("GA_SANITIZE:") and line.split("=", 1)[1].strip() for line in cache.splitlines())
+
+
 def _candidates() -> List[Tuple[str, str]]:
     """(path, where it came from) in search order."""
     env = os.environ.get("GRADAGG_LIB")
@@ -29,7 +40,8 @@ def _candidates() -> List[Tuple[str, str]]:
     bundled = Path(__file__).resolve().parent / "libgradagg.so"
     if bundled.exists():
         out.append((str(bundled), "the installed package"))
-    found = sorted((p for p in REPO_ROOT.glob("build/*/client/libgradagg.so") if p.exists()),
+    found = sorted((p for p in REPO_ROOT.glob("build/*/client/libgradagg.so")
+                    if p.exists() and not _sanitizer_build(p.parents[1])),
                    key=lambda p: p.stat().st_mtime, reverse=True)
     out += [(str(p), "repo build") for p in found]
     name = ctypes.util.find_library("gradagg")

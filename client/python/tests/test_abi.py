@@ -51,6 +51,20 @@ def test_library_search_order_and_failure() -> None:
     assert r.stdout.split() == [gradagg.LIBRARY_PATH, "False"]  # gradagg never imports torch itself
 
 
+def test_sanitizer_builds_are_not_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, cache, sanitized in [("asan", "GA_SANITIZE:STRING=address\n", True),
+                                   ("tsan", "X:BOOL=ON\nGA_SANITIZE:STRING=thread\n", True),
+                                   ("plain", "GA_SANITIZE:STRING=\n", False), ("none", None, False)]:
+        build = tmp_path / name
+        build.mkdir()
+        if cache is not None:
+            (build / "CMakeCache.txt").write_text(cache)
+        assert _lib._sanitizer_build(build) is sanitized, name
+    monkeypatch.delenv("GRADAGG_LIB", raising=False)
+    searched = [Path(p).parents[1] for p, origin in _lib._candidates() if origin == "repo build"]
+    assert not any(_lib._sanitizer_build(b) for b in searched), searched
+
+
 def test_module_helpers() -> None:
     assert gradagg.codecs() == ["none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk"]
     assert gradagg.codec_id("topk") == 6
