@@ -5,22 +5,20 @@ so only the loss going down and the artefacts are checked."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gradagg import _lib
-from _util import build_dir
+from _util import build_dir, child_env
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_digits_main_job_runs_end_to_end(tmp_path: Path) -> None:
     build = build_dir()
-    env = dict(os.environ, GRADAGG_LIB=str(Path(_lib.LIBRARY_PATH).resolve()))
+    env = child_env()
     r = subprocess.run([sys.executable, str(REPO / "examples" / "digits_run.py"), "--build", str(build),
                         "--out", str(tmp_path), "--seeds", "1", "--epochs", "2", "--max-loss-pp", "100"],
                        env=env, capture_output=True, text=True, timeout=300)
