@@ -10,7 +10,9 @@ for the k-th distinct bucket the hook sees (docs/protocol.md, "DDP comm hook"). 
 the bucket's step (Client.step_start: encode with the bucket's codec and error feedback, push,
 pull the mean) and returns a future that a waiter thread completes with the mean gradient, so
 DDP goes on with backward meanwhile; the model's own optimizer then applies it, as with DDP's
-all-reduce.
+all-reduce. With pull_codec "none", a bucket where any rank's gradient holds NaN or Inf comes
+back NaN on every rank, so GradScaler skips the step everywhere (gradagg/_reduce_job.py: each
+rank pushes its buffer / W, DDP's own division, and the server sums).
 """
 # No `from __future__ import annotations`: DDP's register_comm_hook checks comm_hook's
 # annotations as objects (dist.GradBucket, torch.futures.Future[torch.Tensor]).
@@ -21,6 +23,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
+from . import _reduce_job
 from .client import Client, lane_job
 from .launch import from_environment
 from .options import DGC
@@ -50,9 +53,10 @@ class CommHookState:
                  **client_kwargs: Any) -> None:
         launch = from_environment(server, job, rank, world_size)
         server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
-        for k in ("optimizer", "mean", "mode", "lanes"):
+        for k in (*_reduce_job.REFUSED_OPTIONS, "lanes"):
             if k in client_kwargs:
-                raise TypeError(f"CommHookState: {k}= is fixed by the hook (a sync, mean, reduce-only job of one lane)")
+                raise TypeError(f"CommHookState: {k}= is fixed by the hook (a sync reduce job of one lane over a fixed "
+                                "membership, as DDP's all-reduce)")
         if momentum:
             if dgc is not None:
                 raise TypeError("CommHookState: give momentum or dgc, not both")
@@ -66,6 +70,8 @@ class CommHookState:
         self._client_kwargs = dict(client_kwargs, pull_codec=pull_codec)
         #: (bucket index, elements) -> (its client, the tensor the mean gradient is pulled into)
         self.buckets: Dict[Tuple[int, int], Tuple[Client, torch.Tensor]] = {}
+        #: Each bucket client's pulled non-finite flag (pull_codec "none" only).
+        self._flags: Dict[Client, torch.Tensor] = {}
         self._waits: "queue.Queue[Optional[Tuple[Client, torch.Tensor, torch.futures.Future]]]" = queue.Queue()
         self._waiter = threading.Thread(target=self._wait_loop, name="gradagg-comm-hook", daemon=True)
         self._waiter.start()
@@ -81,7 +87,9 @@ class CommHookState:
             except BaseException as e:  # noqa: BLE001 - DDP raises it from the future
                 fut.set_exception(e)
             else:
-                fut.set_result(out)
+                flag = self._flags.get(client)
+                fut.set_result(torch.full_like(out, float("nan")) if flag is not None and _reduce_job.pulled_nonfinite(flag)
+                               else out)
 
     def bucket(self, index: int, buffer: torch.Tensor) -> Tuple[Client, torch.Tensor]:
         """The client of DDP bucket `index` with `buffer`'s size, joined (and the job's initial
@@ -97,9 +105,12 @@ class CommHookState:
                                "bucket_cap_mb")
         out = torch.zeros(buffer.numel(), dtype=torch.float32, device=buffer.device)
         client = Client(self.server, lane_job(self.job, k), self.rank, self.world_size, optimizer="reduce",
-                        **self._client_kwargs)
+                        mean=False, **self._client_kwargs)
         try:
             client.add_tensor(f"bucket{index}", out, **self._tensor_options)
+            if self._client_kwargs["pull_codec"] == "none":
+                self._flags[client] = torch.zeros(1)
+                client.add_tensor(_reduce_job.FLAG_TENSOR, self._flags[client])
             client.init()
         except BaseException:
             client.close()
@@ -114,7 +125,7 @@ class CommHookState:
             raise TypeError(f"gradagg comm hook: bucket {bucket.index()} is {buf.dtype}; gradagg reduces float32")
         client, out = self.bucket(bucket.index(), buf)
         fut: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
-        client.step_start([buf])
+        client.step_start(_reduce_job.push_values([buf], self.world_size, client in self._flags))
         self._waits.put((client, out, fut))
         return fut
 
