@@ -528,3 +528,118 @@ def train_cuda(server, job):
         return [p.detach().cpu() for p in model.parameters()]
 
     return run_ranks(worker, 2, timeout=120)
+
+
+def _mlp3() -> torch.nn.Module:
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 4))
+
+
+@pytest.mark.parametrize("where", ["worker", "server"])
+def test_clip_after_backward_probe(server, job, where: str) -> None:
+    # One rank, codec none, lr 1, three buckets, a gradient norm in the millions clipped to 1e-3
+    # between backward and step, five times: worker-side, the update's norm is within
+    # max_norm x lr every time (the clip acts on the mean gradient); server-side, the gradients
+    # were sent during backward, and every run raises instead of stepping on other values.
+    max_norm = 1e-3
+    x = torch.randn(32, 64) * 1e4
+    for attempt in range(5):
+        model = _mlp3()
+        kw: Dict[str, Any] = dict(optimizer=torch.optim.SGD(model.parameters(), lr=1.0)) if where == "worker" \
+            else dict(lr=1.0)
+        with DistributedOptimizer(model.named_parameters(), server=server.addr, job=f"{job}-{attempt}", rank=0,
+                                  world_size=1, bucket_cap_mb=0.001, **kw, **FAST) as opt:
+            assert len(opt.buckets) == 3
+            before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+            opt.zero_grad()
+            ((model(x) ** 2).sum() * 1e6).backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            assert norm > 1e6
+            if where == "worker":
+                opt.step()
+                after = torch.cat([p.detach().flatten() for p in model.parameters()])
+                assert (after - before).norm() <= max_norm * 1.0001, attempt
+            else:
+                with pytest.raises(RuntimeError, match="changed in place after gradagg took it.*optimizer=torch.optim"):
+                    opt.step()
+
+
+def test_worker_side_refusals(server, job) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    kw = dict(server=server.addr, job=job, rank=0, world_size=1, **FAST)
+    inner = torch.optim.AdamW(model.parameters())
+    with pytest.raises(ValueError, match="give both the same parameters"):
+        DistributedOptimizer(list(model.named_parameters())[:2], optimizer=inner, **kw)
+    with pytest.raises(TypeError, match="give the groups to that optimizer"):
+        DistributedOptimizer([dict(params=list(model.parameters()), lr=0.1)], optimizer=inner, **kw)
+    with pytest.raises(TypeError, match="dgc runs SGD momentum"):
+        DistributedOptimizer(model.named_parameters(), optimizer=inner, dgc=True, **kw)
+    with pytest.raises(TypeError, match="lr given with optimizer"):
+        DistributedOptimizer(model.named_parameters(), optimizer=inner, lr=0.1, **kw)
+    with pytest.raises(TypeError, match="deadline_ms= with a worker-side optimizer"):
+        DistributedOptimizer(model.named_parameters(), optimizer=inner, deadline_ms=100, **kw)
+    with pytest.raises(TypeError, match=r"param group 1: amsgrad=True"):
+        DistributedOptimizer([dict(params=[model[0].weight]), dict(params=[model[0].bias], amsgrad=True)],
+                             optimizer=gradagg.Adam(), **kw)
+    with pytest.raises(TypeError, match="mix of param-group dicts"):
+        DistributedOptimizer([dict(params=[model[0].weight]), model[0].bias], lr=0.1, **kw)
+
+
+def test_worker_side_catches_unsynchronised_and_changed_gradients(server, job) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    x = torch.randn(4, 3)
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=torch.optim.SGD(model.parameters(), lr=0.1), **FAST) as opt:
+        opt.zero_grad()
+        with opt.no_sync():
+            model(x).sum().backward()
+        with pytest.raises(RuntimeError, match="without a synchronised backward"):
+            opt.step()
+        # A hook that runs after gradagg's (registered later on the same node) and changes the
+        # gradient it already took: backward raises instead of leaving the other value in .grad.
+        opt.zero_grad()
+        acc = model[0].bias.expand_as(model[0].bias).grad_fn.next_functions[0][0]
+
+        def double(*_: Any) -> None:
+            model[0].bias.grad.mul_(2.0)
+        handle = acc.register_hook(double)
+        try:
+            with pytest.raises(RuntimeError, match=r"'0.bias' was changed in place after gradagg took it"):
+                model(x).sum().backward()
+        finally:
+            handle.remove()
+        opt.zero_grad()
+        model(x).sum().backward()  # and the job goes on (the refused backward's exchange was step 1)
+        opt.step()
+        assert opt.version == 2
+
+
+def test_server_side_param_groups_match_torch(server, job) -> None:
+    # Two groups with their own lr and weight decay (AdamW on the server, one bucket per group at
+    # least) under a scheduler that moves them apart: torch.optim.AdamW's parameters.
+    model, ref = linear_twins(6, 4, 3)
+    x = torch.randn(6, 4)
+    groups = lambda m: [dict(params=[m.weight], weight_decay=0.1), dict(params=[m.bias], weight_decay=0.0, lr=0.03)]
+    torch_opt = torch.optim.AdamW(groups(ref), lr=0.01, betas=(0.8, 0.99))
+    with DistributedOptimizer(groups(model), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=gradagg.Adam(lr=0.01, beta1=0.8, beta2=0.99, decoupled=True), **FAST) as opt:
+        assert len(opt.buckets) == 2 and [o.lr for o in opt.server_optimizers] == [0.01, 0.03]
+        assert [o.weight_decay for o in opt.server_optimizers] == [0.1, 0.0]
+        scheds = [torch.optim.lr_scheduler.LambdaLR(o, [lambda s: 0.8 ** s, lambda s: 1.0 / (1 + s)])
+                  for o in (opt, torch_opt)]
+        for _ in range(8):
+            for m, o in ((model, opt), (ref, torch_opt)):
+                o.zero_grad()
+                (m(x) ** 2).sum().backward()
+                o.step()
+            for s in scheds:
+                s.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), (p, q)
+        opt.param_groups[1]["betas"] = (0.9, 0.99)
+        opt.zero_grad()
+        with pytest.raises(RuntimeError, match="param group 1: betas changed"):
+            with opt.no_sync():
+                (model(x) ** 2).sum().backward()
+            opt.step()
