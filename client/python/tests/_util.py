@@ -49,6 +49,24 @@ def built_program(name: str) -> str:
     return str(p)
 
 
+def run_rank_processes(tag: str, command: Callable[[int], List[str]], world: int, timeout: float) -> None:
+    """command(rank) for every rank, each a Python worker process (child_env, one OpenMP thread);
+    fails the test when one exits non-zero (with its output) or runs past timeout seconds."""
+    import subprocess
+    import sys
+    import pytest
+    procs = [subprocess.Popen([sys.executable, *command(r)], env=child_env(OMP_NUM_THREADS="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(world)]
+    for r, p in enumerate(procs):
+        try:
+            text, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{tag}: rank {r} still running after {timeout:.0f} s")
+        assert p.returncode == 0, f"{tag} rank {r}:\n{text.decode(errors='replace')}"
+
+
 def run_ranks(fn: Callable[[int], Any], world: int, timeout: float = 60.0) -> List[Any]:
     """fn(rank) for every rank, each in its own thread; re-raises the first failure."""
     results: Dict[int, Any] = {}

@@ -2,38 +2,22 @@
 through gradagg-server (a reduce-only job per bucket)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 import torch
 
-from _util import child_env
+from _util import run_rank_processes
 
 WORKER = Path(__file__).with_name("ddp_hook_worker.py")
 
 
 def run(tmp: Path, tag: str, *args: str, world: int = 2) -> List[Dict[str, Any]]:
-    env = child_env(OMP_NUM_THREADS="1")
     store = tmp / f"{tag}.store"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--store",
-                               str(store), "--out", str(tmp / f"{tag}.{r}.pt"), *args],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(world)]
-    outs = []
-    for r, p in enumerate(procs):
-        try:
-            text, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"{tag}: rank {r} still running after 120 s")
-        assert p.returncode == 0, f"{tag} rank {r}:\n{text.decode(errors='replace')}"
-    for r in range(world):
-        outs.append(torch.load(tmp / f"{tag}.{r}.pt"))
-    return outs
+    run_rank_processes(tag, lambda r: [str(WORKER), "--rank", str(r), "--world", str(world), "--store", str(store),
+                                       "--out", str(tmp / f"{tag}.{r}.pt"), *args], world, timeout=120)
+    return [torch.load(tmp / f"{tag}.{r}.pt") for r in range(world)]
 
 
 def test_fp32_hook_matches_ddp_allreduce(server, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ rank only), accumulation, per-group LR schedules and resume from state_dict.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict
@@ -19,7 +18,7 @@ from typing import Any, Dict
 import pytest
 import torch
 
-from _util import child_env
+from _util import run_rank_processes
 
 WORKER = Path(__file__).with_name("recipe_worker.py")
 sys.path.insert(0, str(WORKER.parent))
@@ -35,19 +34,9 @@ def results(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     tmp = tmp_path_factory.mktemp("recipes")
     server = Server(_lib.server_binary(), tmp, "--max-jobs", "1024")  # 6 jobs a run, 90 runs
     try:
-        procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(WORLD), "--store",
-                                   str(tmp / "store"), "--server", server.addr, "--out", str(tmp / f"{r}.pt")],
-                                  env=child_env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT)
-                 for r in range(WORLD)]
-        for r, p in enumerate(procs):
-            try:
-                text, _ = p.communicate(timeout=600)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                pytest.fail(f"recipe worker rank {r} still running after 600 s")
-            assert p.returncode == 0, f"rank {r}:\n{text.decode(errors='replace')}"
+        run_rank_processes("recipes", lambda r: [str(WORKER), "--rank", str(r), "--world", str(WORLD), "--store",
+                                                 str(tmp / "store"), "--server", server.addr, "--out",
+                                                 str(tmp / f"{r}.pt")], WORLD, timeout=600)
         return {r: torch.load(tmp / f"{r}.pt") for r in range(WORLD)}
     finally:
         server.stop()
