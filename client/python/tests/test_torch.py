@@ -643,3 +643,20 @@ def test_server_side_param_groups_match_torch(server, job) -> None:
             with opt.no_sync():
                 (model(x) ** 2).sum().backward()
             opt.step()
+
+
+def test_worker_side_frozen_and_unused_parameters(server, job) -> None:
+    # A frozen parameter is not in the job (and stays as it was); a parameter backward never
+    # reached pushes zeros and gets the mean (zeros) in .grad, as DDP with every parameter used.
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1), torch.nn.Linear(1, 1))
+    model[0].weight.requires_grad_(False)
+    frozen = model[0].weight.detach().clone()
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=torch.optim.SGD(model.parameters(), lr=0.1), **FAST) as opt:
+        assert sorted(opt._names) == ["0.bias", "1.bias", "1.weight", "2.bias", "2.weight"]
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            model[1](model[0](torch.randn(4, 3))).sum().backward()  # model[2] unused
+            assert torch.equal(model[2].weight.grad, torch.zeros(1, 1))
+            opt.step()
+        assert torch.equal(model[0].weight, frozen) and opt.version == 2
