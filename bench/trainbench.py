@@ -23,6 +23,10 @@ against wall time) via bench/trainbench_report.py.
   sudo /usr/bin/python3 bench/trainbench.py [--links 1gbit,10gbit,lo] [--regimes compute,comm]
        [--systems floor,ddp-fp32,...] [--iters 100] [--model mlp10m]
 
+With --model gpt3m or gpt6m the task is a byte-level GPT trained with AdamW (param groups, warm-up
+and cosine schedule) on the Python standard library's source (bench/trainbench_gpt.py); every
+system runs torch.optim.AdamW on the workers, gradagg's through DistributedOptimizer(optimizer=...).
+
 Needs root unless --links lo. Everything it creates is removed at the end, also on an error.
 Exit status: 0 when every row ran.
 """
@@ -100,6 +104,14 @@ DEFAULT_SYSTEMS = ",".join(SYSTEMS)
 # Samples per rank per iteration. With an optimised BLAS (scripts/bootstrap installs OpenBLAS) 32
 # samples of mlp10m take ~0.06 s per rank on one core: at 1 Gbit that is communication-bound.
 REGIMES = {"comm": 32, "compute": 256}
+# The transformer task (bench/trainbench_gpt.py): windows of 64 bytes per rank per iteration. One
+# window of gpt6m takes ~0.12 s per rank on one core, about what DDP's ring needs at 1 Gbit.
+GPT_REGIMES = {"comm": 1, "compute": 8}
+GPT_MODELS = ("gpt3m", "gpt6m")
+
+
+def batch_size(model: str, regime: str) -> int:
+    return (GPT_REGIMES if model in GPT_MODELS else REGIMES)[regime]
 
 
 @dataclass
@@ -159,8 +171,10 @@ class Bench:
         a = self.args
         deadline = time.monotonic() + a.run_timeout
         common = ["--system", sysm.kind, "--world", str(a.world), "--model", a.model, "--batch",
-                  str(REGIMES[regime]), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
-                  "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), *sysm.flags]
+                  str(batch_size(a.model, regime)), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
+                  "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), "--optim", a.optim,
+                  "--weight-decay", str(a.weight_decay), "--warmup", str(a.warmup), "--eval-samples",
+                  str(a.eval_samples), *sysm.flags]
         if sysm.needs_shard:
             common += ["--server", self.start_shards(link, deadline), "--job", f"tb-{self.row_id}"]
         if sysm.kind == "ddp":
@@ -182,7 +196,8 @@ class Bench:
         return report.system_row(reports, a.iters, link0, link1, shard_cpu)
 
     def run_row(self, link: str, regime: str, sysm: System) -> Dict[str, Any]:
-        base = {"link": link, "regime": regime, "batch": REGIMES[regime], "system": sysm.name, "kind": sysm.kind,
+        base = {"link": link, "regime": regime, "batch": batch_size(self.args.model, regime), "system": sysm.name,
+                "kind": sysm.kind,
                 "ddp_hook": sysm.ddp_hook, "world": self.args.world}
         t0 = time.monotonic()
         self.row_id += 1
@@ -213,15 +228,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--regimes", default="comm,compute", help=f"from {','.join(REGIMES)}")
     ap.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"from {','.join(SYSTEMS)}")
     ap.add_argument("--world", type=int, default=4)
-    ap.add_argument("--model", default="mlp10m", help="mlp10m or mlp25m (bench/trainbench_model.py)")
+    ap.add_argument("--model", default="mlp10m", help="mlp10m or mlp25m (bench/trainbench_model.py), gpt3m or "
+                    "gpt6m (bench/trainbench_gpt.py: AdamW on the Python stdlib's source, bytes)")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--target-iter", type=int, default=None,
                     help="the target loss is DDP fp32's after this many iterations (default: --iters); run "
                          "longer than it to see how far past it the others reach it")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--lr", type=float, default=None, help="default 0.05 (SGD), 3e-3 (AdamW)")
+    ap.add_argument("--momentum", type=float, default=0.9, help="SGD")
+    ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW, on matrices")
+    ap.add_argument("--warmup", type=int, default=None, help="AdamW: lr warm-up iterations (default iters / 10), "
+                    "then cosine to 10%% at --iters")
+    ap.add_argument("--eval-samples", type=int, default=None, help="held-out samples (default 512; gpt: 128 "
+                    "windows of 64 bytes)")
     ap.add_argument("--server-arg", action="append", default=[], help="one more gradagg-server argument")
     ap.add_argument("--colocate", action="store_true",
                     help="gradagg: one shard on each worker's node (BytePS's colocated servers) instead of one "
@@ -230,6 +251,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--json", default=os.path.join(REPO, "build/results/trainbench.json"))
     ap.add_argument("--plot", default=os.path.join(REPO, "build/results/trainbench.png"))
     a = ap.parse_args(argv)
+    a.optim = "adamw" if a.model in GPT_MODELS else "sgd"
+    a.lr = a.lr if a.lr is not None else 3e-3 if a.optim == "adamw" else 0.05
+    a.warmup = a.warmup if a.warmup is not None else a.iters // 10
+    a.eval_samples = a.eval_samples or (128 if a.optim == "adamw" else 512)
     a.links = [x for x in a.links.split(",") if x]
     a.regimes = [x for x in a.regimes.split(",") if x]
     for r in a.regimes:
@@ -278,7 +303,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             else:
                 print("\n== link lo: default namespace, 127.0.0.1, no shaping", flush=True)
             for regime in a.regimes:
-                print(f"-- {regime} regime: {REGIMES[regime]} samples per rank, {a.iters} iterations", flush=True)
+                print(f"-- {regime} regime: {batch_size(a.model, regime)} samples per rank, {a.iters} iterations",
+                      flush=True)
                 print(report.HEADER, flush=True)
                 for sysm in a.systems:
                     row = b.run_row(link, regime, sysm)

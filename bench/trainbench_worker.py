@@ -17,6 +17,7 @@ from typing import Any, List
 
 import torch
 
+import trainbench_gpt
 from trainbench_model import Task, student
 from worker_events import emit, fail, opt_float
 
@@ -66,15 +67,24 @@ def gradagg_threshold(a: argparse.Namespace) -> Any:
     return a.threshold if a.threshold in (None, "auto") else float(a.threshold)
 
 
+def torch_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer every system runs on the workers: SGD (the MLP task; without momentum when
+    the gradagg comm hook applies it), or AdamW with weight decay on matrices only (gpt*)."""
+    if a.optim == "adamw":
+        return torch.optim.AdamW(trainbench_gpt.decay_groups(model, a.weight_decay), lr=a.lr, betas=(0.9, 0.95))
+    return torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.0 if a.hook_momentum else a.momentum)
+
+
 def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
     from gradagg.torch import DistributedOptimizer
 
+    sgd = dict(lr=a.lr, momentum=a.momentum, dgc=a.dgc) if a.optim == "sgd" else \
+        dict(optimizer=torch_optimizer(a, model))  # AdamW on the workers, over the mean gradient
     return DistributedOptimizer(model.named_parameters(), server=a.server, job=a.job, rank=a.rank,
-                                world_size=a.world, lr=a.lr, momentum=a.momentum, codec=a.codec,
-                                threshold=gradagg_threshold(a), ratio=a.ratio, dgc=a.dgc, pull_codec=a.pull_codec,
-                                pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio, threads=1,
-                                overlap=not a.no_overlap, call_timeout_ms=120000, step_timeout_ms=600000,
-                                **({} if a.bucket_mb is None else {"bucket_cap_mb": a.bucket_mb}))
+                                world_size=a.world, codec=a.codec, threshold=gradagg_threshold(a), ratio=a.ratio,
+                                pull_codec=a.pull_codec, pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio,
+                                threads=1, overlap=not a.no_overlap, call_timeout_ms=120000, step_timeout_ms=600000,
+                                **sgd, **({} if a.bucket_mb is None else {"bucket_cap_mb": a.bucket_mb}))
 
 
 def main() -> int:
@@ -90,6 +100,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--optim", choices=("sgd", "adamw"), default="sgd")
+    ap.add_argument("--weight-decay", type=float, default=0.1, help="adamw: on matrices")
+    ap.add_argument("--warmup", type=int, default=0, help="adamw: lr warm-up iterations, then cosine to 10%%")
     # ddp
     ap.add_argument("--master", help="host:port of rank 0's store")
     ap.add_argument("--iface", default="eth0")
@@ -113,15 +126,18 @@ def main() -> int:
     a = ap.parse_args()
     torch.set_num_threads(1)
     try:
-        task = Task(a.seed, a.eval_samples)
-        model = student(a.model, a.seed)
+        gpt = a.model in trainbench_gpt.MODELS
+        task: Any = trainbench_gpt.TextTask(a.model, a.seed, a.eval_samples) if gpt else Task(a.seed, a.eval_samples)
+        model = trainbench_gpt.gpt(a.model, a.seed) if gpt else student(a.model, a.seed)
         opt: Any
         if a.system == "gradagg":
             opt = gradagg_optimizer(a, model)
             net = model
         else:
             net = ddp_model(a, model) if a.system == "ddp" else model
-            opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.0 if a.hook_momentum else a.momentum)
+            opt = torch_optimizer(a, model)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, trainbench_gpt.lr_lambda(a.warmup, a.iters)) \
+            if a.optim == "adamw" else None
         emit({"event": "ready", "rank": a.rank})
         if sys.stdin.readline().strip() != "go":
             raise RuntimeError("no go line on stdin")
@@ -138,6 +154,8 @@ def main() -> int:
             torch.nn.functional.cross_entropy(net(x), y).backward()
             fwdbwd_s.append(time.perf_counter() - t0)
             opt.step()
+            if sched:
+                sched.step()
             iter_s.append(time.perf_counter() - t0)
             cpu_s.append(time.process_time() - c0)
             phases = [0.0] * 4
