@@ -89,6 +89,11 @@ SYSTEMS = {s.name: s for s in [
     System("gradagg-topk-0.01", "gradagg", ("--codec", "topk", "--ratio", "0.01")),
     System("gradagg-topk-dgc", "gradagg", ("--codec", "topk", "--ratio", "0.001", "--dgc")),
     System("gradagg-topk-2bitpull", "gradagg", ("--codec", "topk", "--pull-codec", "2bit")),
+    # AdamW (--model gpt*): compressed gradients with the optimizer as given (no exact warm-up, no
+    # frozen variance), and the compressed-momentum scheme with other warm-ups than the default.
+    System("gradagg-2bit-2bitpull-naive", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "0")),
+    System("gradagg-2bit-2bitpull-w20", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "20")),
+    System("gradagg-2bit-2bitpull-w50", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "50")),
     # DDP and torch.optim.SGD, the buckets reduced through gradagg.torch.comm_hook.
     System("gradagg-hook-none", "ddp", ("--hook", "gradagg", "--codec", "none")),
     System("gradagg-hook-fp16", "ddp", ("--hook", "gradagg", "--codec", "fp16")),

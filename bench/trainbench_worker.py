@@ -79,7 +79,7 @@ def gradagg_optimizer(a: argparse.Namespace, model: torch.nn.Module) -> Any:
     from gradagg.torch import DistributedOptimizer
 
     sgd = dict(lr=a.lr, momentum=a.momentum, dgc=a.dgc) if a.optim == "sgd" else \
-        dict(optimizer=torch_optimizer(a, model))  # AdamW on the workers, over the mean gradient
+        dict(optimizer=torch_optimizer(a, model), adam_warmup=a.adam_warmup)  # AdamW on the workers
     return DistributedOptimizer(model.named_parameters(), server=a.server, job=a.job, rank=a.rank,
                                 world_size=a.world, codec=a.codec, threshold=gradagg_threshold(a), ratio=a.ratio,
                                 pull_codec=a.pull_codec, pull_threshold=a.pull_threshold, pull_ratio=a.pull_ratio,
@@ -121,6 +121,9 @@ def main() -> int:
     ap.add_argument("--pull-threshold", type=opt_float, default=None)
     ap.add_argument("--pull-ratio", type=opt_float, default=None)
     ap.add_argument("--no-overlap", action="store_true", help="gradagg: one client, everything pushed in step()")
+    ap.add_argument("--adam-warmup", type=int, default=None,
+                    help="gradagg AdamW: exact steps before the momentum is compressed (0: compressed gradients "
+                         "throughout; default: DistributedOptimizer's)")
     ap.add_argument("--hook-momentum", action="store_true",
                     help="gradagg comm hook: momentum in the hook, before the encode; the model's SGD without it")
     a = ap.parse_args()

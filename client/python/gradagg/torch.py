@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 
 import torch
 
-from . import _param_groups, _reduce_job
+from . import _momentum_adam, _param_groups, _reduce_job
 from ._comm_hook import CommHookState, comm_hook
 from .client import Client, codec_has_residual, failure_text, lane_job
 from .launch import from_environment
@@ -69,16 +69,17 @@ TOPK_TRAINING: Dict[str, Any] = dict(ratio=0.1, topk_values="fp16", topk_indices
 MAX_BUCKETS = 16
 
 
-def bucket_plan(sizes: List[int], cap_bytes: int, group_of: Optional[List[int]] = None) -> List[List[int]]:
+def bucket_plan(sizes: List[int], cap_bytes: int, group_of: Optional[List[int]] = None,
+                most: int = MAX_BUCKETS) -> List[List[int]]:
     """The buckets of parameters of sizes[i] bytes (in registration order): indices in backward
     order (the reverse), a bucket closing once it holds at least cap_bytes (DDP's rule) or when
     the next parameter is of another param group (group_of[i]), the cap doubled until there are
-    at most MAX_BUCKETS. cap_bytes 0: one bucket per group."""
+    at most `most` (MAX_BUCKETS). cap_bytes 0: one bucket per group."""
     order = list(range(len(sizes) - 1, -1, -1))
     group_of = group_of or [0] * len(sizes)
-    if len(set(group_of)) > MAX_BUCKETS:
+    if len(set(group_of)) > most:
         raise ValueError(f"{len(set(group_of))} param groups; a server-side optimizer keeps each group in buckets "
-                         f"of its own, at most {MAX_BUCKETS}")
+                         f"of its own, at most {most}")
     cap = cap_bytes
     while True:
         out: List[List[int]] = [[]]
@@ -89,7 +90,7 @@ def bucket_plan(sizes: List[int], cap_bytes: int, group_of: Optional[List[int]] 
                 held = 0
             out[-1].append(i)
             held += sizes[i]
-        if len(out) <= MAX_BUCKETS:
+        if len(out) <= most:
             return out
         cap = cap * 2 if cap else 1  # only reached with a cap: one bucket per group fits
 
@@ -201,7 +202,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  ratio: Optional[float] = None, dgc: Union[bool, DGC] = False, pull_codec: str = "none",
                  codec_for: Optional[CodecFor] = None,
                  optimizer: Union[SGD, Adam, torch.optim.Optimizer, None] = None,
-                 overlap: bool = True, bucket_cap_mb: float = 5.0, **client_kwargs: Any) -> None:
+                 overlap: bool = True, bucket_cap_mb: float = 5.0, adam_warmup: Optional[int] = None,
+                 **client_kwargs: Any) -> None:
         launch = from_environment(server, job, rank, world_size)  # rank "any": an elastic job's server picks it
         server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
         named, groups = _param_groups.parse(params)
@@ -237,12 +239,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._worker_weight_decay: Dict[int, float] = {}
         tensor_dgc: Dict[int, Optional[DGC]] = {i: dgc_opt for i in range(len(named))}
         self._world = world_size
+        #: Worker-side Adam/AdamW with compressed momentum after adam_warmup exact steps
+        #: (_momentum_adam), or 0: every step exchanges gradients.
+        self.adam_warmup = 0
         if self.inner is not None:
             group_opts: List[Any] = ["reduce"]
             client_kwargs["mean"] = False  # the pushes are g / W (_reduce_job)
             self._fixed: List[Dict[str, Any]] = []
             self.momentum_on = "worker"
+            if adam_warmup is not None or any(codec_has_residual(c) for c in codecs):
+                why = _momentum_adam.unsupported(self.inner)
+                if adam_warmup is not None and adam_warmup < 0:
+                    raise ValueError(f"adam_warmup: {adam_warmup}, expected >= 1, or 0 (off: the gradients are "
+                                     "exchanged compressed and the optimizer runs as given)")
+                if why is None:
+                    self.adam_warmup = _momentum_adam.DEFAULT_WARMUP if adam_warmup is None else adam_warmup
+                elif adam_warmup:
+                    raise TypeError(f"adam_warmup with this optimizer: {why}")
         else:
+            if adam_warmup is not None:
+                raise TypeError("adam_warmup is for a worker-side torch.optim.Adam or AdamW")
             group_opts = self._server_side(named, groups, codecs, optimizer, lr, momentum, weight_decay, nesterov,
                                            dgc_opt, tensor_dgc)
         self._job = job
@@ -253,41 +269,60 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError(f"bucket_cap_mb: {bucket_cap_mb}, expected >= 0")
         cap = int(bucket_cap_mb * (1 << 20)) if overlap else 0
         #: The parameter indices of each bucket, in backward order (bucket k: clients[k]).
-        self.buckets = bucket_plan([p.numel() * 4 for _, p in named], cap, group_of)
+        self.buckets = bucket_plan([p.numel() * 4 for _, p in named], cap, group_of,
+                                   most=MAX_BUCKETS // 2 if self.adam_warmup else MAX_BUCKETS)
         self._group_of_bucket = [group_of[b[0]] for b in self.buckets]
         if len(self.buckets) > 1 and client_kwargs.get("lanes", 1) not in (0, 1):
             raise ValueError(f"lanes={client_kwargs['lanes']} with {len(self.buckets)} buckets: the buckets are the "
                              "job's lanes; give overlap=False (or a larger bucket_cap_mb) to use lanes")
         #: Worker-side: the mean gradient each step pulls, by parameter index (rank 0's
-        #: parameters at a fresh job's start), and each bucket's non-finite flag (pull "none").
+        #: parameters at a fresh job's start), the pulled momentum (compressed Adam), and each
+        #: bucket client's non-finite flag (pull "none").
         self._means: Dict[int, torch.Tensor] = {}
-        self._flags: Dict[int, torch.Tensor] = {}
-        #: One gradagg.Client per bucket.
+        self._momenta: Dict[int, torch.Tensor] = {}
+        self._flags: Dict[Client, torch.Tensor] = {}
+        #: One gradagg.Client per bucket; with compressed Adam these exchange the warm-up's exact
+        #: gradients (codec none, fp32 pulls), and momentum_clients the momentum after it.
         self.clients: List[Client] = []
-        try:
-            for k, bucket in enumerate(self.buckets):
-                client = Client(server, lane_job(job, k), rank, world_size, optimizer=group_opts[self._group_of_bucket[k]],
-                                pull_codec=pull_codec, **client_kwargs)
-                rank = client.rank  # the rank an elastic job's server picked: every bucket's job the same
-                self.clients.append(client)
-                for i in bucket:
+        self.momentum_clients: List[Client] = []
+
+        def join(k: int, lane: int, dest: Dict[int, torch.Tensor], exact: bool) -> Client:
+            """Bucket k's client on lane `lane`: its tensors registered (worker-side: into dest,
+            starting from the parameters) and init done."""
+            nonlocal rank
+            pulls = "none" if exact else pull_codec
+            extra = {key: v for key, v in client_kwargs.items() if not (exact and key.startswith("pull_"))}
+            client = Client(server, lane_job(job, lane), rank, world_size,
+                            optimizer=group_opts[self._group_of_bucket[k]], pull_codec=pulls, **extra)
+            rank = client.rank  # the rank an elastic job's server picked: every bucket's job the same
+            try:
+                for i in self.buckets[k]:
                     name, p = named[i]
                     if self.inner is not None:
-                        p = self._means[i] = p.detach().to(torch.float32, memory_format=torch.contiguous_format,
-                                                            copy=True)
+                        p = dest[i] = p.detach().to(torch.float32, memory_format=torch.contiguous_format, copy=True)
                     p = self.masters.get(i, p)
-                    c = codecs[i]
+                    c = "none" if exact else codecs[i]
                     thr = threshold if c == codec else None
                     sparse: Dict[str, Any] = dict(ratio=ratio if c == codec else None)
                     if c == "topk" and sparse["ratio"] is None and not dgc:
                         sparse = TOPK_TRAINING
                     client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
                                       auto_bits=auto_bits, dgc=tensor_dgc[i], **sparse)
-                if self.inner is not None and pull_codec == "none":
-                    self._flags[k] = torch.zeros(1)
-                    client.add_tensor(_reduce_job.FLAG_TENSOR, self._flags[k])
+                if self.inner is not None and pulls == "none":
+                    self._flags[client] = torch.zeros(1)
+                    client.add_tensor(_reduce_job.FLAG_TENSOR, self._flags[client])
                 with torch.no_grad():
                     client.init()
+            except BaseException:
+                client.close()
+                raise
+            return client
+
+        try:
+            for k in range(len(self.buckets)):
+                self.clients.append(join(k, k, self._means, exact=bool(self.adam_warmup)))
+            for k in range(len(self.buckets) if self.adam_warmup else 0):
+                self.momentum_clients.append(join(k, len(self.buckets) + k, self._momenta, exact=False))
             self._round_masters()
             if self.inner is not None and all(c.version == 0 for c in self.clients):
                 with torch.no_grad():  # a fresh job: rank 0's parameters, as DDP broadcasts them
@@ -296,6 +331,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         except BaseException:
             self.close()
             raise
+        #: Worker-side: the exchanges done (steps with a synchronised backward).
+        self._exchanges = sum(c.version for c in self.clients[:1] + self.momentum_clients[:1]) \
+            if self.inner is not None else 0
+        self._momentum_step = False  # the last exchange was of the momentum: step() runs frozen_step
         self._bucket_of = {i: k for k, bucket in enumerate(self.buckets) for i in bucket}
         self._overlap = overlap
         self._ready: List[Set[int]] = [set() for _ in self.buckets]
@@ -408,7 +447,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def version(self) -> int:
         """The version the job holds: the steps it has applied. A worker that joins a running
         (elastic, server-side) job starts from it: its data position and LR schedule."""
-        return min(c.version for c in self.clients)
+        applied = min(c.version for c in self.clients)
+        return applied + (min(c.version for c in self.momentum_clients) if self.momentum_clients else 0)
 
     @property
     def client(self) -> Client:
@@ -495,8 +535,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def _start(self, k: int) -> None:
         grads = [self._grad(i, self._tensors[i]) for i in self.buckets[k]]
+        client = self.clients[k]
         if self.inner is not None:
-            grads = _reduce_job.push_values(grads, self._world, k in self._flags)
+            if self._momentum_phase():
+                client = self.momentum_clients[k]
+                group_of = {id(p): group for group in self.inner.param_groups for p in group["params"]}
+                grads = [_momentum_adam.local_momentum(self.inner, group_of[id(self._tensors[i])], self._tensors[i], g)
+                         for i, g in zip(self.buckets[k], grads)]
+            grads = _reduce_job.push_values(grads, self._world, client in self._flags)
         else:
             g = self._group_of_bucket[k]
             lr = self._lr_now(g)
@@ -505,10 +551,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"lr changed to {lr} (was {was}) after this step's first bucket was sent: "
                                    "change it after opt.step() (scheduler.step()), not between backward and step()")
             if self._client_lr[k] != lr:
-                self.clients[k].set_lr(lr)
+                client.set_lr(lr)
                 self._client_lr[k] = lr
-        self.clients[k].step_start(grads)
+        client.step_start(grads)
         self._started[k] = True
+
+    def _momentum_phase(self) -> bool:
+        """Worker-side compressed Adam past its warm-up: this step exchanges the momentum."""
+        return bool(self.adam_warmup) and self._exchanges >= self.adam_warmup
 
     def _run_buckets(self) -> Optional[BaseException]:
         """Starts every bucket not yet started and waits for all; the first failure, if any."""
@@ -519,7 +569,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._start(k)
         except BaseException as e:  # the buckets already in flight are waited for first
             failure = e
-        for client in self.clients:
+        for client in self.clients + self.momentum_clients:  # an idle client returns at once
             try:
                 client.step_wait()
             except BaseException as e:  # the others still run: wait for them first
@@ -529,24 +579,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._step_lr = {}
         return failure
 
-    def _changed_message(self, what: str) -> Optional[str]:
+    def _changed_message(self, what: str, keep: bool = False) -> Optional[str]:
         changed = self._taken.changed(self._tensors, self._names)
-        self._taken.clear()
+        if not keep:
+            self._taken.clear()
         return f"{changed} {what}" if changed else None
 
     @torch.no_grad()
     def _finish_backward(self) -> None:
         """Worker-side, at the end of backward: every bucket exchanged, the mean in every .grad."""
         self._exchange_queued = False
+        momentum = self._momentum_phase()
         failure = self._run_buckets()
         changed = self._changed_message("(a hook or another thread, during backward): gradagg sent the value it "
-                                        "took; change gradients after backward() returns, where .grad holds the mean")
+                                        "took; change gradients after backward() returns, where .grad holds the mean",
+                                        keep=momentum)
         if failure is not None:
             raise failure
         if changed:
             raise RuntimeError(changed)
+        self._exchanges += 1
+        self._exchanged, self._momentum_step = True, momentum
         for k, bucket in enumerate(self.buckets):
-            nonfinite = k in self._flags and _reduce_job.pulled_nonfinite(self._flags[k])
+            client = self.momentum_clients[k] if momentum else self.clients[k]
+            nonfinite = client in self._flags and _reduce_job.pulled_nonfinite(self._flags[client])
+            if momentum:
+                if nonfinite:
+                    raise RuntimeError(f"bucket {k}: a rank's gradient held NaN or Inf after the Adam warm-up (the "
+                                       "momentum is exchanged then, and cannot skip a step)")
+                for i in bucket:
+                    self.inner.state[self._tensors[i]]["exp_avg"].copy_(self._momenta[i])
+                continue
             for i in bucket:
                 p, mean = self._tensors[i], self._means[i]
                 if nonfinite:
@@ -555,7 +618,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     p.grad = mean.to(p.dtype, copy=True)
                 else:
                     p.grad.copy_(mean)
-        self._exchanged = True
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
@@ -571,7 +633,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError("step() without a synchronised backward since the last step: the gradients are "
                                    "this rank's own (was the last backward inside opt.no_sync()?)")
             self._exchanged = False
-            self.inner.step()
+            if not self._momentum_step:
+                self.inner.step()
+                return loss
+            changed = self._changed_message("between backward() and step(): after the Adam warm-up the momentum "
+                                            "of each gradient as backward produced it was sent, and this step applied "
+                                            "it (a clip or an unscale acts only in the warm-up; adam_warmup)")
+            if changed:
+                raise RuntimeError(changed)
+            _momentum_adam.frozen_step(self.inner, {id(p) for p in self._tensors})
             return loss
         changed = None if self._overlap else self._changed_message(
             "(a clip, GradScaler.unscale_ or an edit between backward() and step()): nothing was sent")
@@ -599,7 +669,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         them. Take it after step()."""
         saved = (self.inner if self.inner is not None else super()).state_dict()
         saved["gradagg"] = dict(job=self._job, optimizer_on=self.optimizer_on, buckets=[list(b) for b in self.buckets],
-                                workers=[c.state() for c in self.clients])
+                                workers=[c.state() for c in self.clients + self.momentum_clients],
+                                exchanges=self._exchanges)
         return saved
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -633,8 +704,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     if (tuple(group[key]) if key == "betas" else group[key]) != was:
                         raise ValueError(f"state_dict with {key} {group[key]} in param group {g}, the job's is {was}")
             super().load_state_dict(rest)
-        for client, state in zip(self.clients, own["workers"]):
+        if len(own["workers"]) != len(self.clients + self.momentum_clients):
+            raise ValueError(f"state_dict of {len(own['workers'])} bucket clients, this optimizer has "
+                             f"{len(self.clients + self.momentum_clients)} (adam_warmup on one side only?)")
+        for client, state in zip(self.clients + self.momentum_clients, own["workers"]):
             client.load_state(state)
+        self._exchanges = own.get("exchanges", self._exchanges)
 
     def set_epoch(self, epoch: int) -> None:
         """Starts epoch `epoch` (0-based) for the DGC warm-up."""
@@ -648,7 +723,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for _, handle in getattr(self, "_hooks", []):
             handle.remove()
         self._hooks = []
-        for client in getattr(self, "clients", []):
+        for client in getattr(self, "clients", []) + getattr(self, "momentum_clients", []):
             client.close(failure)
 
     def __enter__(self) -> "DistributedOptimizer":

@@ -660,3 +660,95 @@ def test_worker_side_frozen_and_unused_parameters(server, job) -> None:
             assert torch.equal(model[2].weight.grad, torch.zeros(1, 1))
             opt.step()
         assert torch.equal(model[0].weight, frozen) and opt.version == 2
+
+
+def _adamw_reference(model: torch.nn.Module, batches: List[torch.Tensor], warmup: int, lr: float = 0.01,
+                     wd: float = 0.1, betas=(0.9, 0.99), eps: float = 1e-8) -> None:
+    """AdamW for `warmup` steps, then with the second moment frozen and bias-corrected at the
+    warm-up's last step (_momentum_adam's formula, written out)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, betas=betas, eps=eps)
+    for t, x in enumerate(batches, 1):
+        opt.zero_grad()
+        (model(x) ** 2).mean().backward()
+        if t <= warmup:
+            opt.step()
+            continue
+        with torch.no_grad():
+            for p in model.parameters():
+                st = opt.state[p]
+                st["exp_avg"].mul_(betas[0]).add_(p.grad, alpha=1 - betas[0])
+                p.mul_(1 - lr * wd)
+                denom = (st["exp_avg_sq"].sqrt() / (1 - betas[1] ** warmup) ** 0.5).add_(eps)
+                p.addcdiv_(st["exp_avg"], denom, value=-lr / (1 - betas[0] ** t))
+
+
+def test_compressed_adam_formula(server, job) -> None:
+    # One rank, codec none, adam_warmup 3: three exact AdamW steps, then the momentum exchanged
+    # and v frozen: the parameters of the formula in _momentum_adam, written out here.
+    model, ref = linear_twins(7, 5, 3)
+    batches = [torch.randn(4, 5) for _ in range(8)]
+    _adamw_reference(ref, batches, warmup=3)
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1, betas=(0.9, 0.99))
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=inner, adam_warmup=3, **FAST) as opt:
+        assert len(opt.momentum_clients) == len(opt.clients) == 1
+        for x in batches:
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            opt.step()
+        assert opt.version == 8 and opt.clients[0].version == 3
+        assert float(inner.state[model.weight]["frozen_step"]) == 3.0
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.allclose(p, q, rtol=1e-6, atol=1e-7), (p - q).abs().max()
+
+
+def test_compressed_adam_2bit_trains_identically_on_every_rank(server, job) -> None:
+    # W = 4, 2bit pushes and pulls, AdamW on the workers: the warm-up exchanges exact gradients,
+    # then the momentum goes 2bit; every rank ends with the same bits and the model learned.
+    def worker(r: int) -> Dict[str, Any]:
+        model = make_model(r)
+        x, y = rank_data(r)
+        inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+        losses = []
+        with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=r, world_size=4,
+                                  optimizer=inner, codec="2bit", pull_codec="2bit", adam_warmup=5,
+                                  bucket_cap_mb=1e-4, **FAST) as opt:
+            assert opt.adam_warmup == 5 and len(opt.buckets) == len(opt.momentum_clients) == 2
+            for _ in range(40):
+                opt.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            pushed = sum(c.stats.bytes_pushed for c in opt.momentum_clients)
+        return dict(params=[p.detach().clone() for p in model.parameters()], losses=losses, pushed=pushed)
+
+    out = run_ranks(worker, 4, timeout=120)
+    for o in out[1:]:
+        for a, b in zip(o["params"], out[0]["params"]):
+            assert torch.equal(a, b)
+    assert out[0]["losses"][-1] < 0.2 * out[0]["losses"][0], out[0]["losses"]
+    assert 0 < out[0]["pushed"]
+
+
+def test_compressed_adam_refuses_a_clip_after_warmup_and_resumes(server, job) -> None:
+    model = _mlp3()
+    x = torch.randn(8, 64)
+    saved = None
+    with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
+                              optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), codec="2bit",
+                              adam_warmup=2, **FAST) as opt:
+        for step in range(4):
+            opt.zero_grad()
+            (model(x) ** 2).sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            if step < 2:
+                opt.step()  # the warm-up steps on the clipped mean, as under DDP
+            else:
+                with pytest.raises(RuntimeError, match="after the Adam warm-up"):
+                    opt.step()
+        saved = opt.state_dict()
+    assert saved["gradagg"]["exchanges"] == 4 and len(saved["gradagg"]["workers"]) == 2
+    with pytest.raises(TypeError, match="adam_warmup with this optimizer"):
+        DistributedOptimizer(model.named_parameters(), server=server.addr, job=job + "-sgd", rank=0, world_size=1,
+                             optimizer=torch.optim.SGD(model.parameters(), lr=0.1), adam_warmup=2, **FAST)
