@@ -184,6 +184,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     sums that error feedback makes bursty and overshoot. optimizer=gradagg.SGD(lr, momentum=m)
     keeps the momentum on the server.
     A parameter whose .grad is None pushes zeros.
+    adam_warmup (worker-side torch.optim.Adam or AdamW with a codec that keeps a residual, default
+    100): compressed Adam (docs/sdk.md; 1-bit Adam's scheme): the first adam_warmup steps exchange
+    exact gradients (codec none, fp32 pulls) and run the optimizer as given; then its second
+    moment is frozen and each step exchanges the first moment with `codec` and `pull_codec`
+    instead (_momentum_adam). 0: the gradients are exchanged with `codec` throughout.
     overlap (default True): each bucket of about bucket_cap_mb MB (default 5: smaller than DDP's
     25, since a gradagg bucket costs one push and one pull, not a ring; backward order, DDP's rule,
     never two param groups of a server-side optimizer in one; at most MAX_BUCKETS, the cap grows
