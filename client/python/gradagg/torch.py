@@ -292,8 +292,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.momentum_clients: List[Client] = []
 
         def join(k: int, lane: int, dest: Dict[int, torch.Tensor], exact: bool) -> Client:
-            """Bucket k's client on lane `lane`: its tensors registered (worker-side: into dest,
-            starting from the parameters) and init done."""
+            """Bucket k's client on lane `lane`: its tensors registered (worker-side: into dest) and
+            init done."""
             nonlocal rank
             pulls = "none" if exact else pull_codec
             extra = {key: v for key, v in client_kwargs.items() if not (exact and key.startswith("pull_"))}
@@ -303,8 +303,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
             try:
                 for i in self.buckets[k]:
                     name, p = named[i]
-                    if self.inner is not None:
+                    if self.inner is not None:  # the gradient jobs start from rank 0's parameters, the momentum at 0
                         p = dest[i] = p.detach().to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+                        if dest is self._momenta:
+                            p.zero_()
                     p = self.masters.get(i, p)
                     c = "none" if exact else codecs[i]
                     thr = threshold if c == codec else None
