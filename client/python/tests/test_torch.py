@@ -692,6 +692,9 @@ def test_compressed_adam_formula(server, job) -> None:
     with DistributedOptimizer(model.named_parameters(), server=server.addr, job=job, rank=0, world_size=1,
                               optimizer=inner, adam_warmup=3, **FAST) as opt:
         assert len(opt.momentum_clients) == len(opt.clients) == 1
+        # The momentum jobs start at 0 (a published copy of the parameters would reach a
+        # compressed pull as momentum): init pulled their version 0.
+        assert all(not m.any() for m in opt._momenta.values())
         for x in batches:
             opt.zero_grad()
             (model(x) ** 2).mean().backward()
