@@ -88,8 +88,8 @@ class CommHookState:
                 fut.set_exception(e)
             else:
                 flag = self._flags.get(client)
-                fut.set_result(torch.full_like(out, float("nan")) if flag is not None and _reduce_job.pulled_nonfinite(flag)
-                               else out)
+                nonfinite = flag is not None and _reduce_job.pulled_nonfinite(flag)
+                fut.set_result(torch.full_like(out, float("nan")) if nonfinite else out)
 
     def bucket(self, index: int, buffer: torch.Tensor) -> Tuple[Client, torch.Tensor]:
         """The client of DDP bucket `index` with `buffer`'s size, joined (and the job's initial

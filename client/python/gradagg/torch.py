@@ -213,7 +213,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         server, job, rank, world_size = launch.server, launch.job, launch.rank, launch.world_size
         named, groups = _param_groups.parse(params)
         #: The torch optimizer step() runs (worker-side), or None (server-side).
-        self.inner: Optional[torch.optim.Optimizer] = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+        self.inner: Optional[torch.optim.Optimizer] = \
+            optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         #: Where the optimizer runs: "worker" (optimizer= a torch.optim.Optimizer) or "server".
         self.optimizer_on = "worker" if self.inner is not None else "server"
         #: fp32 master values of the float16 / bfloat16 parameters, by parameter index (server-side).
@@ -431,8 +432,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.server_optimizer = opts[0]
         #: Where SGD momentum runs: "worker" (DGC momentum correction before the encode) or "server".
         self.momentum_on = "worker" if worker_momentum or (dgc and dgc.momentum) else "server"
-        torch_groups = [dict({k: v for k, v in group.items() if k == "name"}, params=[named[i][1] for i in group["index"]],
-                             **h) for group, h in zip(groups, hypers)]
+        torch_groups = [dict({k: v for k, v in group.items() if k == "name"},
+                             params=[named[i][1] for i in group["index"]], **h) for group, h in zip(groups, hypers)]
         super().__init__(torch_groups, _param_groups.hyper(base, {}, 0))
         self._fixed = [{k: v for k, v in h.items() if k != "lr"} for h in hypers]
         return opts
