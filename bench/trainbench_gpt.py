@@ -96,8 +96,8 @@ def gpt(model: str, seed: int) -> GPT:
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> List[Dict]:
-    """AdamW's usual param groups: weight decay on matrices, none on biases, norms, embeddings'
-    positions excepted (all 1-D)."""
+    """AdamW's usual param groups: weight decay on the matrices (the embeddings included), none
+    on the 1-D parameters (biases, LayerNorm weights)."""
     return [dict(params=[p for p in model.parameters() if p.ndim >= 2], weight_decay=weight_decay),
             dict(params=[p for p in model.parameters() if p.ndim < 2], weight_decay=0.0)]
 

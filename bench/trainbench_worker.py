@@ -56,9 +56,10 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
 
 
 def gradagg_clients(opt: Any, net: torch.nn.Module) -> List[Any]:
-    """This rank's gradagg clients: DistributedOptimizer's buckets, or the comm hook's."""
+    """This rank's gradagg clients: DistributedOptimizer's buckets (with compressed Adam both
+    sets: the warm-up's and the momentum's), or the comm hook's."""
     if hasattr(opt, "clients"):
-        return opt.clients
+        return opt.clients + opt.momentum_clients
     state = getattr(net, "gradagg_state", None)
     return [c for c, _ in state.buckets.values()] if state else []
 

@@ -148,9 +148,6 @@ class _Taken:
     def clear(self) -> None:
         self._marks = {}
 
-    def __contains__(self, i: int) -> bool:
-        return i in self._marks
-
 
 class DistributedOptimizer(torch.optim.Optimizer):
     """Data-parallel training through gradagg-server (docs/sdk.md, "DistributedOptimizer").
