@@ -54,6 +54,8 @@ GA_CODEC_ENTRY_POINTS(q2bit)
 GA_CODEC_ENTRY_POINTS(q1bit)
 GA_CODEC_ENTRY_POINTS(q1bit_scaled)
 GA_CODEC_ENTRY_POINTS(topk)
+GA_CODEC_ENTRY_POINTS(int8)
+GA_CODEC_ENTRY_POINTS(int4)
 
 #define GA_CODEC_ADD_CHECKED(codec)                                                                \
     ga_status ga_##codec##_add_checked_cpu(const ga_exec *, const ga_codec_params *, const uint8_t *, \
@@ -64,6 +66,10 @@ GA_CODEC_ENTRY_POINTS(topk)
 GA_CODEC_ADD_CHECKED(none)
 GA_CODEC_ADD_CHECKED(fp16)
 GA_CODEC_ADD_CHECKED(bf16)
+
+/* True when every block scale of an int8 (bits 8) or int4 (bits 4) payload of n elements is one
+ * a decoder accepts (ga_int_scale_ok); host memory. */
+bool ga_int_scales_ok_cpu(const ga_exec *ex, uint32_t bits, const uint8_t *payload, size_t n);
 
 /* True when every value of x[0..n) is finite (CPU, OpenMP/SIMD by ex). */
 bool ga_all_finite_cpu(const ga_exec *ex, const float *x, size_t n);

@@ -4,8 +4,12 @@
 #ifndef GA_CODEC_MATH_H
 #define GA_CODEC_MATH_H
 
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "ga_codec.h"
 
 #include "ga_hd.h"
 
@@ -176,5 +180,78 @@ GA_HD float ga_1bit_scaled_scale(const float *v, uint32_t len)
 }
 
 GA_HD uint32_t ga_1bit_scaled_bit(float v) { return v >= 0.0f ? 1u : 0u; }
+
+/* ---- int8 / int4: blocks of GA_INT_BLOCK elements (the last may be shorter), each an fp32
+ *      scale then one signed code per element: int8 a byte, int4 a nibble (element 2j the low
+ *      nibble of byte j, 2j+1 the high one), the codes zero-padded to a multiple of 4 bytes.
+ *      scale = max |v| over the block / L (L = 127 or 7, one IEEE division); code =
+ *      rint(v / scale) (ties to even) clamped to [-L, L], 0 when scale is 0; the value sent is
+ *      code * scale. A decoder reads any code of the type (int8 -128, int4 -8 included). ---- */
+GA_HD int32_t ga_int_levels(uint32_t bits) { return bits == 8 ? 127 : 7; }
+
+GA_HD float ga_int_scale(float amax, int32_t levels) { return amax / (float)levels; }
+
+GA_HD int32_t ga_int_code(float v, float scale, int32_t levels)
+{
+    if (scale == 0.0f) return 0;
+    float q = rintf(v / scale);
+    if (q > (float)levels) q = (float)levels;
+    if (q < (float)-levels) q = (float)-levels;
+    return (int32_t)q;
+}
+
+GA_HD float ga_int_value(int32_t code, float scale) { return (float)code * scale; }
+
+/* A scale a decoder accepts: >= 0 and <= GA_INT_MAX_SCALE (so not NaN or Inf), so that any
+ * code times it is finite. */
+GA_HD int ga_int_scale_ok(float s) { return s >= 0.0f && s <= GA_INT_MAX_SCALE; }
+
+/* Bytes of one block of len elements, and of a payload of n elements. */
+GA_HD size_t ga_int_block_bytes(uint32_t bits, size_t len) { return 4 + (((len * bits + 7) / 8 + 3) & ~(size_t)3); }
+
+GA_HD size_t ga_int_payload_bytes(uint32_t bits, size_t n)
+{
+    size_t full = n / GA_INT_BLOCK, rest = n % GA_INT_BLOCK;
+    return full * ga_int_block_bytes(bits, GA_INT_BLOCK) + (rest ? ga_int_block_bytes(bits, rest) : 0);
+}
+
+GA_HD float ga_int_get_scale(const uint8_t *payload, uint32_t bits, size_t block)
+{
+    uint32_t u;
+    memcpy(&u, payload + block * ga_int_block_bytes(bits, GA_INT_BLOCK), 4);
+    return ga_f32_from_bits(u);
+}
+
+GA_HD void ga_int_put_scale(uint8_t *payload, uint32_t bits, size_t block, float scale)
+{
+    uint32_t u = ga_f32_bits(scale);
+    memcpy(payload + block * ga_int_block_bytes(bits, GA_INT_BLOCK), &u, 4);
+}
+
+GA_HD uint8_t *ga_int_codes(uint8_t *payload, uint32_t bits, size_t block)
+{
+    return payload + block * ga_int_block_bytes(bits, GA_INT_BLOCK) + 4;
+}
+
+/* Writes code k of a block; the codes of a block are written in order k = 0, 1, ... */
+GA_HD void ga_int_put_code(uint8_t *codes, uint32_t bits, uint32_t k, int32_t code)
+{
+    if (bits == 8) codes[k] = (uint8_t)(code & 0xFF);
+    else if (k % 2 == 0) codes[k / 2] = (uint8_t)(code & 0xF);
+    else codes[k / 2] = (uint8_t)(codes[k / 2] | ((code & 0xF) << 4));
+}
+
+/* Zeroes the padding after the len codes of a block. */
+GA_HD void ga_int_pad_codes(uint8_t *codes, uint32_t bits, uint32_t len)
+{
+    size_t used = ((size_t)len * bits + 7) / 8, end = ga_int_block_bytes(bits, len) - 4;
+    for (size_t j = used; j < end; j++) codes[j] = 0;
+}
+
+GA_HD int32_t ga_int_get_code(const uint8_t *codes, uint32_t bits, uint32_t k)
+{
+    if (bits == 8) return (int32_t)(int8_t)codes[k];
+    return (int32_t)(((uint32_t)codes[k / 2] >> (4u * (k % 2)) & 0xFu) ^ 0x8u) - 8;
+}
 
 #endif

@@ -48,6 +48,9 @@ static size_t size_1bit_scaled(const ga_codec_params *p, size_t n)
     return 4 * words_of(n, GA_1BIT_SCALED_BLOCK) + size_1bit(p, n);
 }
 
+static size_t size_int8(const ga_codec_params *p, size_t n) { (void)p; return ga_int_payload_bytes(8, n); }
+static size_t size_int4(const ga_codec_params *p, size_t n) { (void)p; return ga_int_payload_bytes(4, n); }
+
 /* Header (u32 count) + count values + count indices (a varint takes at most 5 bytes). */
 static size_t size_topk(const ga_codec_params *p, size_t n)
 {
@@ -80,6 +83,9 @@ static const ga_codec_row codec_table[GA_CODEC_COUNT] = {
                                     size_1bit_scaled, decode_add),
     [GA_CODEC_TOPK] =
         GA_ROW("topk", topk, true, false, false, GA_TOPK_MAX_ELEMENTS, validate_topk, size_topk, decode_add),
+    /* Each scale sits in its block: a range of whole blocks is a range of bytes. */
+    [GA_CODEC_INT8] = GA_ROW("int8", int8, true, true, true, UINT64_MAX, validate_nothing, size_int8, decode_add),
+    [GA_CODEC_INT4] = GA_ROW("int4", int4, true, true, true, UINT64_MAX, validate_nothing, size_int4, decode_add),
 };
 
 static const ga_codec_row *row_of(ga_codec_id codec)
@@ -277,6 +283,24 @@ static ga_status check_1bit_scaled(const ga_codec_params *p, const uint8_t *payl
     return GA_OK;
 }
 
+static ga_status check_int(uint32_t bits, const uint8_t *payload, size_t n)
+{
+    const ga_exec ex = {GA_BACKEND_CPU, 1, GA_SIMD_AUTO, NULL};
+    return ga_int_scales_ok_cpu(&ex, bits, payload, n) ? GA_OK : GA_E_NONFINITE;
+}
+
+static ga_status check_int8(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    return check_int(8, payload, n);
+}
+
+static ga_status check_int4(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
+{
+    (void)p, (void)len;
+    return check_int(4, payload, n);
+}
+
 static ga_status check_topk(const ga_codec_params *p, const uint8_t *payload, size_t len, size_t n)
 {
     size_t count;
@@ -292,6 +316,8 @@ static const payload_check_fn payload_checks[GA_CODEC_COUNT] = {
     [GA_CODEC_1BIT] = check_length_only,
     [GA_CODEC_1BIT_SCALED] = check_1bit_scaled,
     [GA_CODEC_TOPK] = check_topk,
+    [GA_CODEC_INT8] = check_int8,
+    [GA_CODEC_INT4] = check_int4,
 };
 
 ga_status ga_codec_check_payload(ga_codec_id codec, const ga_codec_params *params, const void *payload,

@@ -35,7 +35,9 @@ typedef enum ga_codec_id {
     GA_CODEC_1BIT = 4,        /* MXNet-master 1-bit: +-1, 32 values per word */
     GA_CODEC_1BIT_SCALED = 5, /* sign bits + one fp32 scale (mean |x|) per block */
     GA_CODEC_TOPK = 6,        /* DGC top-k: (index, value) pairs */
-    GA_CODEC_COUNT = 7
+    GA_CODEC_INT8 = 7,        /* per block: one fp32 scale (max |x| / 127) + a signed byte each */
+    GA_CODEC_INT4 = 8,        /* per block: one fp32 scale (max |x| / 7) + a signed nibble each */
+    GA_CODEC_COUNT = 9
 } ga_codec_id;
 
 typedef enum ga_topk_values { GA_TOPK_VALUES_FP32 = 0, GA_TOPK_VALUES_FP16 = 1 } ga_topk_values;
@@ -43,6 +45,11 @@ typedef enum ga_topk_indices { GA_TOPK_INDICES_INT32 = 0, GA_TOPK_INDICES_VARINT
 
 /* Elements per scale of GA_CODEC_1BIT_SCALED. */
 #define GA_1BIT_SCALED_BLOCK 1024u
+/* Elements per scale of GA_CODEC_INT8 and GA_CODEC_INT4. */
+#define GA_INT_BLOCK 64u
+/* The largest scale int8/int4 carry (2^100): any code times it is finite. An encode whose block
+ * would need more fails with GA_E_RANGE; a decode refuses it with GA_E_NONFINITE. */
+#define GA_INT_MAX_SCALE 0x1p100f
 /* Top-k selects exactly (no sampling) at or below this many elements. */
 #define GA_TOPK_EXACT_MAX 65536u
 /* Most threshold relaxations a top-k encode may be asked for. */
@@ -70,17 +77,19 @@ typedef struct ga_codec_params {
  * 10 rounds, seed 0, fp32 values, int32 indices (DGC). */
 ga_codec_params ga_codec_params_default(ga_codec_id codec);
 
-/* "none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk"; NULL for an unknown id. */
+/* "none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk", "int8", "int4"; NULL for an
+ * unknown id. */
 const char *ga_codec_name(ga_codec_id codec);
 /* Looks a codec up by name. *out written on success; GA_E_CODEC otherwise. */
 ga_status ga_codec_from_name(const char *name, ga_codec_id *out);
 /* True for codecs that keep an error-feedback residual on the sender (2bit, 1bit,
- * 1bit_scaled, topk). Their encode requires a residual buffer; the others take NULL. */
+ * 1bit_scaled, topk, int8, int4). Their encode requires a residual buffer; the others take NULL. */
 bool ga_codec_has_residual(ga_codec_id codec);
 /* True when the payload size depends only on n (every codec but topk). */
 bool ga_codec_fixed_size(ga_codec_id codec);
 /* True when a payload carries every element in order at a fixed size, so that a range of
- * elements is a range of bytes (ga_codec_payload_range): none, fp16, bf16, 2bit, 1bit. */
+ * elements is a range of bytes (ga_codec_payload_range): none, fp16, bf16, 2bit, 1bit, int8,
+ * int4 (whose scales sit in their blocks). */
 bool ga_codec_in_order(ga_codec_id codec);
 
 /* Checks the fields the codec reads: GA_E_CODEC, GA_E_THRESHOLD, GA_E_RATIO or GA_E_INVAL. */
@@ -108,7 +117,8 @@ ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *param
  * Errors: parameter errors as ga_codec_params_validate; GA_E_INVAL (NULL buffer, residual
  * given or missing against ga_codec_has_residual); GA_E_CAPACITY; GA_E_NONFINITE when grad
  * holds NaN or Inf (checked before residual changes); GA_E_RANGE when a dense fp16/bf16
- * value overflows the wire type; GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
+ * value overflows the wire type or an int8/int4 block needs a scale above GA_INT_MAX_SCALE
+ * (checked before residual changes); GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
 ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                           const float *grad, float *residual, size_t n, void *out, size_t cap,
                           size_t *out_len);
@@ -122,7 +132,8 @@ ga_status ga_check_finite(const ga_exec *ex, const float *x, size_t n);
 /* Decodes a payload of n elements and adds it into sum: sum[i] = sum[i] + decoded[i] for
  * every i (zeros included), with no dense temporary. Validates everything first; on any error
  * sum is untouched. Errors: parameter errors; GA_E_LENGTH; GA_E_INDEX_RANGE; GA_E_INDEX_ORDER;
- * GA_E_NONFINITE (a value, or a 1bit_scaled scale, that is NaN or Inf, or a negative scale);
+ * GA_E_NONFINITE (a value, or a 1bit_scaled scale, that is NaN or Inf, or a negative scale; an
+ * int8/int4 scale outside [0, GA_INT_MAX_SCALE]);
  * GA_E_VARINT; GA_E_TOO_LARGE; GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
 ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                               const void *payload, size_t len, size_t n, float *sum);

@@ -111,6 +111,12 @@ size_t oracle_encoded_size(ga_codec_id codec, size_t n)
     case GA_CODEC_2BIT: return 4 * ((n + 15) / 16);
     case GA_CODEC_1BIT: return 4 * ((n + 31) / 32);
     case GA_CODEC_1BIT_SCALED: return 4 * ((n + 1023) / 1024) + 4 * ((n + 31) / 32);
+    case GA_CODEC_INT8:
+    case GA_CODEC_INT4: {
+        size_t full = n / 64, rest = n % 64, bits = codec == GA_CODEC_INT8 ? 8 : 4;
+        size_t tail = rest ? 4 + ((rest * bits + 7) / 8 + 3) / 4 * 4 : 0;
+        return full * (4 + 64 * bits / 8) + tail;
+    }
     default: return 0;
     }
 }
@@ -190,6 +196,57 @@ static void encode_1bit_scaled(const float *g, float *r, size_t n, uint8_t *out)
     }
 }
 
+/* int8 / int4: block b of 64 elements starts at byte b * (4 + 64 * bits / 8): its scale, then
+ * element k's code at byte k (int8) or in nibble k % 2 (low first) of byte k / 2 (int4). */
+static size_t int_block_start(int bits, size_t b) { return b * (size_t)(4 + 64 * bits / 8); }
+
+/* Round half to even, written out. */
+static double round_even(double d)
+{
+    double f = floor(d), frac = d - f;
+    if (frac > 0.5) return f + 1.0;
+    if (frac < 0.5) return f;
+    return fmod(f, 2.0) == 0.0 ? f : f + 1.0;
+}
+
+static ga_status encode_int(int bits, const float *g, float *r, size_t n, uint8_t *out)
+{
+    const float levels = bits == 8 ? 127.0f : 7.0f;
+    size_t blocks = (n + 63) / 64;
+    for (size_t b = 0; b < blocks; b++) { /* every scale is checked before any residual moves */
+        float amax = 0.0f;
+        for (size_t i = b * 64; i < n && i < b * 64 + 64; i++) amax = fmaxf(amax, fabsf(r[i] + g[i]));
+        if (!(amax / levels <= 0x1p100f)) return GA_E_RANGE;
+    }
+    for (size_t b = 0; b < blocks; b++) {
+        size_t lo = b * 64, len = n - lo < 64 ? n - lo : 64;
+        float amax = 0.0f;
+        for (size_t k = 0; k < len; k++) amax = fmaxf(amax, fabsf(r[lo + k] + g[lo + k]));
+        float scale = amax / levels;
+        uint8_t *blk = out + int_block_start(bits, b);
+        put_f32_le(blk, scale);
+        for (size_t k = 0; k < len; k++) {
+            float v = r[lo + k] + g[lo + k];
+            double q = scale == 0.0f ? 0.0 : round_even((double)(v / scale));
+            q = q > levels ? levels : (q < -levels ? -levels : q);
+            int code = (int)q;
+            r[lo + k] = v - (float)code * scale;
+            if (bits == 8) blk[4 + k] = (uint8_t)(code < 0 ? code + 256 : code);
+            else blk[4 + k / 2] |= (uint8_t)((code < 0 ? code + 16 : code) << (4 * (k % 2)));
+        }
+    }
+    return GA_OK;
+}
+
+static float int_decoded(int bits, const uint8_t *payload, size_t i)
+{
+    const uint8_t *blk = payload + int_block_start(bits, i / 64);
+    size_t k = i % 64;
+    int code = bits == 8 ? blk[4 + k] : (blk[4 + k / 2] >> (4 * (k % 2))) & 0xF;
+    if (code >= (bits == 8 ? 128 : 8)) code -= bits == 8 ? 256 : 16;
+    return (float)code * get_f32_le(blk);
+}
+
 ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, float *residual, size_t n,
                         uint8_t *out)
 {
@@ -214,6 +271,8 @@ ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, f
     case GA_CODEC_2BIT: oracle_encode_2bit(threshold, threshold, grad, residual, n, out); return GA_OK;
     case GA_CODEC_1BIT: encode_1bit(threshold, grad, residual, n, out); return GA_OK;
     case GA_CODEC_1BIT_SCALED: encode_1bit_scaled(grad, residual, n, out); return GA_OK;
+    case GA_CODEC_INT8: return encode_int(8, grad, residual, n, out);
+    case GA_CODEC_INT4: return encode_int(4, grad, residual, n, out);
     default: return GA_E_CODEC;
     }
 }
@@ -222,7 +281,7 @@ ga_status oracle_decode_check(ga_codec_id codec, float threshold, const uint8_t 
 {
     if (codec == GA_CODEC_2BIT && !(isfinite(threshold) && threshold > 0.0f)) return GA_E_THRESHOLD;
     if (codec == GA_CODEC_1BIT && !isfinite(threshold)) return GA_E_THRESHOLD;
-    if (codec < GA_CODEC_NONE || codec > GA_CODEC_1BIT_SCALED) return GA_E_CODEC;
+    if (codec < GA_CODEC_NONE || codec > GA_CODEC_INT4 || codec == GA_CODEC_TOPK) return GA_E_CODEC;
     if (len != oracle_encoded_size(codec, n)) return GA_E_LENGTH;
     for (size_t i = 0; i < n; i++) {
         switch (codec) {
@@ -244,6 +303,12 @@ ga_status oracle_decode_check(ga_codec_id codec, float threshold, const uint8_t 
         for (size_t b = 0; b < (n + 1023) / 1024; b++) {
             float s = get_f32_le(payload + 4 * b);
             if (!isfinite(s) || s < 0.0f) return GA_E_NONFINITE;
+        }
+    }
+    if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4) { /* a scale in [0, 2^100] */
+        for (size_t b = 0; b < (n + 63) / 64; b++) {
+            float s = get_f32_le(payload + int_block_start(codec == GA_CODEC_INT8 ? 8 : 4, b));
+            if (!(s >= 0.0f && s <= 0x1p100f)) return GA_E_NONFINITE;
         }
     }
     return GA_OK;
@@ -272,6 +337,8 @@ ga_status oracle_decode_add(ga_codec_id codec, float threshold, const uint8_t *p
             d = payload[4 * blocks + q1_byte(i)] & q1_mask(i) ? s : -s;
             break;
         }
+        case GA_CODEC_INT8: d = int_decoded(8, payload, i); break;
+        case GA_CODEC_INT4: d = int_decoded(4, payload, i); break;
         default: break;
         }
         sum[i] = sum[i] + d;

@@ -1,5 +1,5 @@
-/* Slow scalar oracle for the CPU codecs none, fp16, bf16, 2bit, 1bit and 1bit_scaled, written
- * from the wire-format spec (ga_codec.h, /work/shared/REFERENCE.md) without the library's own
+/* Slow scalar oracle for the CPU codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled, int8 and int4,
+ * written from the wire-format spec (ga_codec.h, /work/shared/REFERENCE.md) without the library's own
  * math helpers: byte-by-byte packing, fp16/bf16 rounding computed in double precision. Tests
  * compare the library against it with memcmp. Not for top-k. */
 #ifndef GA_TEST_ORACLE_H
@@ -14,9 +14,10 @@
 size_t oracle_encoded_size(ga_codec_id codec, size_t n);
 
 /* Encodes n values as the spec says. Returns GA_E_NONFINITE when grad holds NaN/Inf (residual
- * untouched), GA_E_RANGE when a fp16/bf16 value overflows the wire type, else GA_OK. Writes
+ * untouched), GA_E_RANGE when a fp16/bf16 value overflows the wire type or an int8/int4 block
+ * needs a scale above 2^100 (residual untouched), else GA_OK. Writes
  * oracle_encoded_size(codec, n) bytes to out on GA_OK. `threshold` is read by 2bit and 1bit;
- * residual by 2bit, 1bit and 1bit_scaled. Parameters are assumed valid. */
+ * residual by 2bit, 1bit, 1bit_scaled, int8 and int4. Parameters are assumed valid. */
 ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, float *residual, size_t n,
                         uint8_t *out);
 

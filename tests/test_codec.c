@@ -1,4 +1,4 @@
-/* Codecs none, fp16, bf16, 2bit, 1bit and 1bit_scaled on the CPU against the slow scalar oracle
+/* Codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled, int8 and int4 on the CPU against the slow scalar oracle
  * (oracle.c): payload bytes, residuals and decode_add sums compared with memcmp for every
  * length, thread cap and SIMD level; residual carry-over; the error-feedback identity;
  * thread-count determinism; exhaustive fp16/bf16 conversion sweeps. */
@@ -19,8 +19,9 @@
 #include "ga_codec.h"
 #include "oracle.h"
 
-static const ga_codec_id codecs[] = {GA_CODEC_NONE, GA_CODEC_FP16,  GA_CODEC_BF16,
-                                     GA_CODEC_2BIT, GA_CODEC_1BIT, GA_CODEC_1BIT_SCALED};
+static const ga_codec_id codecs[] = {GA_CODEC_NONE, GA_CODEC_FP16,         GA_CODEC_BF16,
+                                     GA_CODEC_2BIT, GA_CODEC_1BIT,         GA_CODEC_1BIT_SCALED,
+                                     GA_CODEC_INT8, GA_CODEC_INT4};
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 
 static const size_t lengths[] = {0, 1, 15, 16, 17, 33, 1000003};
@@ -286,6 +287,12 @@ static void random_payload(ga_codec_id codec, size_t n, uint64_t seed, uint8_t *
             float s = fabsf(gen_value(&r, 1.0f));
             memcpy(payload + 4 * b, &s, 4);
         }
+    } else if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4) { /* every code, -128 / -8 included */
+        size_t block_bytes = codec == GA_CODEC_INT8 ? 68 : 36;
+        for (size_t b = 0; b < (n + 63) / 64; b++) {
+            float s = fabsf(gen_value(&r, 1.0f));
+            memcpy(payload + block_bytes * b, &s, 4);
+        }
     }
 }
 
@@ -333,9 +340,16 @@ static void test_oracle(void **state)
             check_decode_random(codec, ts[k], lengths[l], seed + 7);
         }
     }
-    /* 1bit_scaled block boundaries: a full block, one past it, a partial last block. */
+    /* Block boundaries: a full block, one past it, a partial last block (odd for int4). */
     if (codec == GA_CODEC_1BIT_SCALED) {
         static const size_t block_edges[] = {1023, 1024, 1025, 2048 + 31, 32768 + 1024 + 5};
+        for (size_t l = 0; l < sizeof block_edges / sizeof block_edges[0]; l++) {
+            check_encode_decode(codec, 0.5f, block_edges[l], 777 + l);
+            check_decode_random(codec, 0.5f, block_edges[l], 888 + l);
+        }
+    }
+    if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4) {
+        static const size_t block_edges[] = {63, 64, 65, 64 * 3 + 3, 32768 + 64 + 7};
         for (size_t l = 0; l < sizeof block_edges / sizeof block_edges[0]; l++) {
             check_encode_decode(codec, 0.5f, block_edges[l], 777 + l);
             check_decode_random(codec, 0.5f, block_edges[l], 888 + l);
@@ -750,6 +764,7 @@ int main(void)
 #define ORACLE_TEST(name, k) {"oracle_" name, test_oracle, NULL, NULL, (void *)&codecs[k]}
         ORACLE_TEST("none", 0), ORACLE_TEST("fp16", 1), ORACLE_TEST("bf16", 2),
         ORACLE_TEST("2bit", 3), ORACLE_TEST("1bit", 4), ORACLE_TEST("1bit_scaled", 5),
+        ORACLE_TEST("int8", 6), ORACLE_TEST("int4", 7),
 #undef ORACLE_TEST
         cmocka_unit_test(test_residual_carry),
         cmocka_unit_test(test_2bit_select),

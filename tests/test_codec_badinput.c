@@ -1,6 +1,6 @@
-/* Bad input to the CPU codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled: each case returns its
- * own status, and the residual, the sum and *out_len stay byte-identical to a copy taken before
- * the call. ga_codec_check_payload returns what decode_add returns for every payload here,
+/* Bad input to the CPU codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled, int8, int4: each case
+ * returns its own status, and the residual, the sum and *out_len stay byte-identical to a copy
+ * taken before the call. ga_codec_check_payload returns what decode_add returns for every payload here,
  * top-k's included. */
 #include <float.h>
 #include <math.h>
@@ -20,8 +20,9 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static const ga_codec_id codecs[] = {GA_CODEC_NONE, GA_CODEC_FP16,  GA_CODEC_BF16,
-                                     GA_CODEC_2BIT, GA_CODEC_1BIT, GA_CODEC_1BIT_SCALED};
+static const ga_codec_id codecs[] = {GA_CODEC_NONE, GA_CODEC_FP16,         GA_CODEC_BF16,
+                                     GA_CODEC_2BIT, GA_CODEC_1BIT,         GA_CODEC_1BIT_SCALED,
+                                     GA_CODEC_INT8, GA_CODEC_INT4};
 
 static const size_t OUT_LEN_SENTINEL = 0xDEADBEEF;
 
@@ -109,6 +110,9 @@ static uint8_t *valid_payload(ga_codec_id codec, size_t n, size_t extra)
     memset(b, 0x11, bytes + extra + 8); /* 0x1111: finite as fp16 and bf16; a tiny float */
     if (codec == GA_CODEC_1BIT_SCALED)
         for (size_t k = 0; k < (n + 1023) / 1024; k++) memcpy(b + 4 * k, &(float){0.5f}, 4);
+    if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4)
+        for (size_t k = 0; k < (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK; k++)
+            memcpy(b + (codec == GA_CODEC_INT8 ? 68 : 36) * k, &(float){0.5f}, 4);
     return b;
 }
 
@@ -238,6 +242,64 @@ static void test_bad_scale(void **state)
     memcpy(payload + 4, &(float){-0.0f}, 4);
     expect_decode_status(&ex, codec, &p, payload, len, n, GA_OK);
     ga_free(payload);
+}
+
+/* ---- int8 / int4: a scale outside [0, 2^100] is GA_E_NONFINITE on decode; a block that
+ *      would need one is GA_E_RANGE on encode, the residual untouched ---- */
+
+static void test_int_scale(void **state)
+{
+    (void)state;
+    const size_t n = 70001; /* three tiles, the last block partial */
+    const float bad[] = {NAN, INFINITY, -1.0f, -0x1p-149f, 0x1.000002p100f, 0x1p101f, FLT_MAX};
+    const float good[] = {0.0f, -0.0f, 0x1p-149f, 0x1p100f};
+    const size_t blocks = (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK, at_block[] = {0, 600, blocks - 1};
+    for (uint32_t bits = 4; bits <= 8; bits += 4) {
+        ga_codec_id codec = bits == 8 ? GA_CODEC_INT8 : GA_CODEC_INT4;
+        size_t block_bytes = bits == 8 ? 68 : 36;
+        float levels = bits == 8 ? 127.0f : 7.0f;
+        ga_codec_params p = ga_codec_params_default(codec);
+        size_t len = 0;
+        assert_int_equal(ga_codec_encoded_size(codec, &p, n, &len), GA_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            ga_exec ex = {GA_BACKEND_CPU, threads, GA_SIMD_AUTO, NULL};
+            for (size_t a = 0; a < COUNT(at_block); a++) {
+                for (size_t k = 0; k < COUNT(bad); k++) {
+                    uint8_t *payload = valid_payload(codec, n, 0);
+                    memcpy(payload + block_bytes * at_block[a], &bad[k], 4);
+                    expect_decode_status(&ex, codec, &p, payload, len, n, GA_E_NONFINITE);
+                    ga_free(payload);
+                }
+                for (size_t k = 0; k < COUNT(good); k++) {
+                    uint8_t *payload = valid_payload(codec, n, 0);
+                    memcpy(payload + block_bytes * at_block[a], &good[k], 4);
+                    expect_decode_status(&ex, codec, &p, payload, len, n, GA_OK);
+                    ga_free(payload);
+                }
+            }
+            /* The largest block that fits: max |v| = L * 2^100 (the residual pattern is tiny). */
+            float *grad = pattern(n, 5);
+            uint8_t *out = xalloc(len);
+            const size_t at[] = {0, 40000, n - 1};
+            for (size_t a = 0; a < COUNT(at); a++) {
+                float keep = grad[at[a]];
+                grad[at[a]] = -1e38f;
+                expect_encode_status(&ex, codec, &p, grad, n, RES_GIVEN, out, len, GA_E_RANGE);
+                grad[at[a]] = levels * 0x1p101f;
+                expect_encode_status(&ex, codec, &p, grad, n, RES_GIVEN, out, len, GA_E_RANGE);
+                grad[at[a]] = keep;
+            }
+            /* r + g overflowing to Inf from two finite values is a range error too, not a NaN. */
+            float *res = pattern(n, 7), *copy = pattern(n, 7);
+            res[n - 1] = FLT_MAX, copy[n - 1] = FLT_MAX;
+            grad[n - 1] = FLT_MAX;
+            size_t out_len = OUT_LEN_SENTINEL;
+            assert_int_equal(ga_codec_encode(&ex, codec, &p, grad, res, n, out, len, &out_len), GA_E_RANGE);
+            assert_memory_equal(res, copy, n * sizeof(float));
+            assert_int_equal(out_len, OUT_LEN_SENTINEL);
+            ga_free(grad), ga_free(out), ga_free(res), ga_free(copy);
+        }
+    }
 }
 
 /* ---- GA_E_NONFINITE in grad on encode, every codec; the residual is not touched ---- */
@@ -584,6 +646,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_length),        cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_nonfinite_payload), cmocka_unit_test(test_bad_scale),
+        cmocka_unit_test(test_int_scale),
         cmocka_unit_test(test_nonfinite_grad), cmocka_unit_test(test_range),
         cmocka_unit_test(test_capacity),      cmocka_unit_test(test_unknown_codec),
         cmocka_unit_test(test_inval),         cmocka_unit_test(test_backend),

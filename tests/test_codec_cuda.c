@@ -235,6 +235,16 @@ static void test_parity_1bit_scaled(void **state)
     parity(&(parity_case){GA_CODEC_1BIT_SCALED, 0, 0});
 }
 
+/* int8 and int4 over several steps, block edges included (3 blocks of 64 and 5 more; odd n). */
+static void test_parity_int(void **state)
+{
+    (void)state;
+    parity(&(parity_case){GA_CODEC_INT8, 0, 0});
+    parity(&(parity_case){GA_CODEC_INT4, 0, 0});
+    rng_state = 99;
+    parity_one(&(parity_case){GA_CODEC_INT4, 0, 0}, 3 * GA_INT_BLOCK + 5, NULL, fill);
+}
+
 /* The stream in ga_exec is the one the kernels run on. */
 static void test_parity_on_own_stream(void **state)
 {
@@ -344,8 +354,8 @@ static void test_bad_input(void **state)
         float *grad = host_alloc(4 * n);
 
         /* Encodes: a non-finite grad (first, last) for every codec. */
-        static const ga_codec_id all[] = {GA_CODEC_NONE, GA_CODEC_FP16, GA_CODEC_BF16,
-                                          GA_CODEC_2BIT, GA_CODEC_1BIT, GA_CODEC_1BIT_SCALED};
+        static const ga_codec_id all[] = {GA_CODEC_NONE, GA_CODEC_FP16,        GA_CODEC_BF16, GA_CODEC_2BIT,
+                                          GA_CODEC_1BIT, GA_CODEC_1BIT_SCALED, GA_CODEC_INT8, GA_CODEC_INT4};
         for (size_t c = 0; c < sizeof all / sizeof all[0]; c++) {
             fill(grad, n, 0.5f);
             grad[last] = nan;
@@ -391,6 +401,26 @@ static void test_bad_input(void **state)
         payload[blocks - 1] = 0x7F800000u;
         bad_decode(GA_CODEC_1BIT_SCALED, payload, len, n, GA_E_NONFINITE);
         test_free(payload);
+
+        /* int8 / int4: a scale above 2^100 or negative in the last block; a block whose scale
+         * would exceed 2^100 is refused at encode. */
+        for (uint32_t bits = 4; bits <= 8; bits += 4) {
+            ga_codec_id codec = bits == 8 ? GA_CODEC_INT8 : GA_CODEC_INT4;
+            size_t full = bits == 8 ? 68 : 36, ilen = 0;
+            assert_int_equal(ga_codec_encoded_size(codec, &(ga_codec_params){0}, n, &ilen), GA_OK);
+            uint8_t *ip = host_alloc(ilen);
+            memset(ip, 0x11, ilen);
+            size_t iblocks = (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK;
+            for (size_t b = 0; b < iblocks; b++) memcpy(ip + b * full, &(float){0.5f}, 4);
+            memcpy(ip + (iblocks - 1) * full, &(uint32_t){0x72000000u}, 4); /* 2^101 */
+            bad_decode(codec, ip, ilen, n, GA_E_NONFINITE);
+            memcpy(ip + (iblocks - 1) * full, &(uint32_t){0xBF800000u}, 4);
+            bad_decode(codec, ip, ilen, n, GA_E_NONFINITE);
+            test_free(ip);
+            fill(grad, n, 0.5f);
+            grad[last] = 1e38f;
+            bad_encode(codec, grad, n, GA_E_RANGE);
+        }
         test_free(grad);
     }
     assert_int_equal(ga_mem_in_use(GA_MEM_DEVICE), base);
@@ -488,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_parity_2bit),
         cmocka_unit_test(test_parity_1bit),
         cmocka_unit_test(test_parity_1bit_scaled),
+        cmocka_unit_test(test_parity_int),
         cmocka_unit_test(test_parity_on_own_stream),
         cmocka_unit_test(test_2bit_decode_any_word),
         cmocka_unit_test(test_bad_input),

@@ -232,8 +232,9 @@ static void test_device_alloc_without_cuda(void **state)
 static void test_codec_names(void **state)
 {
     (void)state;
-    static const char *const names[GA_CODEC_COUNT] = {"none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk"};
-    static const bool residual[GA_CODEC_COUNT] = {false, false, false, true, true, true, true};
+    static const char *const names[GA_CODEC_COUNT] = {"none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk",
+                                                      "int8", "int4"};
+    static const bool residual[GA_CODEC_COUNT] = {false, false, false, true, true, true, true, true, true};
     for (int c = 0; c < GA_CODEC_COUNT; c++) {
         assert_string_equal(ga_codec_name((ga_codec_id)c), names[c]);
         ga_codec_id back = GA_CODEC_COUNT;

@@ -36,7 +36,7 @@ seed() { # codec name hex
     hex_to_file "$3" "corpus/$1/$2"
 }
 
-for codec in none fp16 bf16 2bit 1bit 1bit_scaled topk; do rm -rf "corpus/$codec"; done
+for codec in none fp16 bf16 2bit 1bit 1bit_scaled topk int8 int4; do rm -rf "corpus/$codec"; done
 
 # Dense payloads stay within -max_len=65536, so their big seeds are one tile (16000 values).
 # none: 1.0, -2.5, -0; an empty tensor; 16000 values of 0.5.
@@ -66,6 +66,14 @@ seed 1bit tiles "$(header 40000 $FLAGS_FIT_AVX512_2T 0)$(rep a50f8001 1250)"
 # 1bit_scaled: scale 1.375 + one word; two blocks (scales 0.5 and 3) + 33 words.
 seed 1bit_scaled golden8 "$(header 8 0 0)0000b03fab000000"
 seed 1bit_scaled blocks "$(header 1025 $FLAGS_SCALAR 0)0000003f00004040$(rep ffffffff 32)00000000"
+
+# int8 / int4 (docs/wire-format.md): blocks of 64, each a scale and its codes padded to 4 bytes.
+# The documented 10-element examples; two full blocks and a short one (codes -127/127 and -8,
+# which no encoder writes, on the scalar path).
+seed int8 golden10 "$(header 10 0 0)040281""3c13f3005ffa19810339d40000"
+seed int8 blocks "$(header 130 $FLAGS_SCALAR 0)$(rep 0000003f$(rep 817f 32) 2)00004040""80010000"
+seed int4 golden10 "$(header 10 0 0)254992""3ef1501009e3000000"
+seed int4 blocks "$(header 129 $FLAGS_SCALAR 0)$(rep 0000003f$(rep 8f7a 16) 2)00004040""08000000"
 
 # topk (docs/wire-format.md): u32 count c, c values (fp32 or fp16), c indices (u32 or LEB128
 # deltas). Header args after the threshold: ratio, sample_fraction, value type, index type,

@@ -59,7 +59,8 @@ def lane_job(job: str, k: int) -> str:
 
 def codec_has_residual(name: str) -> bool:
     """True for the codecs that keep an error-feedback residual on the sender (2bit, 1bit,
-    1bit_scaled, topk): they send part of each gradient and carry the rest to later steps."""
+    1bit_scaled, topk, int8, int4): they send part of each gradient and carry the rest to later
+    steps."""
     return bool(_lib.ga_codec_has_residual(codec_id(name)))
 
 

@@ -29,7 +29,7 @@ F32 = np.float32
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 WIRE, PROTOCOL = DOCS / "wire-format.md", DOCS / "protocol.md"
 SERVICE = "/gradagg.v1.Aggregator/"
-CODECS = {"none": 0, "fp16": 1, "bf16": 2, "2bit": 3, "1bit": 4, "1bit_scaled": 5, "topk": 6}
+CODECS = {"none": 0, "fp16": 1, "bf16": 2, "2bit": 3, "1bit": 4, "1bit_scaled": 5, "topk": 6, "int8": 7, "int4": 8}
 OPTIMIZERS = {"none": 0, "sgd": 1, "adam": 2, "reduce": 3}
 
 # ---- the docs ----
