@@ -94,6 +94,10 @@ SYSTEMS = {s.name: s for s in [
     System("gradagg-2bit-2bitpull-naive", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "0")),
     System("gradagg-2bit-2bitpull-w20", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "20")),
     System("gradagg-2bit-2bitpull-w50", "gradagg", ("--codec", "2bit", "--pull-codec", "2bit", "--adam-warmup", "50")),
+    # AdamW on block-scaled integer gradients (docs/sdk.md, "Adam with int8 gradients").
+    System("gradagg-int8", "gradagg", ("--codec", "int8", "--pull-codec", "int8")),
+    System("gradagg-int4", "gradagg", ("--codec", "int4", "--pull-codec", "int4")),
+    System("gradagg-int4-int8pull", "gradagg", ("--codec", "int4", "--pull-codec", "int8")),
     # DDP and torch.optim.SGD, the buckets reduced through gradagg.torch.comm_hook.
     System("gradagg-hook-none", "ddp", ("--hook", "gradagg", "--codec", "none")),
     System("gradagg-hook-fp16", "ddp", ("--hook", "gradagg", "--codec", "fp16")),

@@ -23,17 +23,36 @@ static uint32_t scale_tile(void *vctx, size_t lo, size_t hi)
     uint32_t bad = 0;
     for (size_t b = lo; b < hi; b += GA_INT_BLOCK) {
         size_t len = hi - b < GA_INT_BLOCK ? hi - b : GA_INT_BLOCK;
-        float amax = 0.0f;
+        /* max |v| as the largest magnitude's bits: for floats >= 0 (Inf included) the integer
+         * order of the bits is the float order, and the integer max has no branch. */
+        uint32_t top = 0;
         for (size_t i = b; i < b + len; i++) {
-            float v = c->residual[i] + c->grad[i];
-            float a = v < 0.0f ? -v : v;
-            amax = a > amax ? a : amax;
+            uint32_t u = ga_f32_bits(c->residual[i] + c->grad[i]) & 0x7FFFFFFFu;
+            top = u > top ? u : top;
         }
-        float scale = ga_int_scale(amax, levels);
+        float scale = ga_int_scale(ga_f32_from_bits(top), levels);
         bad |= !ga_int_scale_ok(scale);
         ga_int_put_scale(c->out, c->bits, b / GA_INT_BLOCK, scale);
     }
     return bad;
+}
+
+/* The loops over a block's elements have no branches, so the compiler can vectorise them. */
+static void code_block(float *r, const float *g, size_t len, float scale, int32_t levels, int8_t *code)
+{
+    if (scale == 0.0f) { /* every v is 0: codes 0, r = v */
+        for (size_t k = 0; k < len; k++) r[k] = r[k] + g[k], code[k] = 0;
+        return;
+    }
+    const float top = (float)levels;
+    for (size_t k = 0; k < len; k++) {
+        float v = r[k] + g[k], q = v / scale;
+        q = q > top ? top : q;
+        q = q < -top ? -top : q;
+        q = ga_int_rint(q); /* = ga_int_code(v, scale, levels), written out to stay branch-free */
+        r[k] = v - q * scale;
+        code[k] = (int8_t)(int32_t)q;
+    }
 }
 
 static uint32_t code_tile(void *vctx, size_t lo, size_t hi)
@@ -43,16 +62,9 @@ static uint32_t code_tile(void *vctx, size_t lo, size_t hi)
     for (size_t b = lo; b < hi; b += GA_INT_BLOCK) {
         size_t len = hi - b < GA_INT_BLOCK ? hi - b : GA_INT_BLOCK;
         size_t block = b / GA_INT_BLOCK;
-        float scale = ga_int_get_scale(c->out, c->bits, block);
-        uint8_t *codes = ga_int_codes(c->out, c->bits, block);
-        for (size_t k = 0; k < len; k++) {
-            float *r = &c->residual[b + k];
-            float v = *r + c->grad[b + k];
-            int32_t code = ga_int_code(v, scale, levels);
-            *r = v - ga_int_value(code, scale);
-            ga_int_put_code(codes, c->bits, (uint32_t)k, code);
-        }
-        ga_int_pad_codes(codes, c->bits, (uint32_t)len);
+        int8_t code[GA_INT_BLOCK];
+        code_block(c->residual + b, c->grad + b, len, ga_int_get_scale(c->out, c->bits, block), levels, code);
+        ga_int_pack_codes(ga_int_codes(c->out, c->bits, block), c->bits, code, (uint32_t)len);
     }
     return 0;
 }
@@ -73,9 +85,10 @@ static uint32_t decode_tile(void *vctx, size_t lo, size_t hi)
         size_t len = hi - b < GA_INT_BLOCK ? hi - b : GA_INT_BLOCK;
         size_t block = b / GA_INT_BLOCK;
         float scale = ga_int_get_scale(c->in, c->bits, block);
-        const uint8_t *codes = ga_int_codes((uint8_t *)c->in, c->bits, block); /* read only */
-        for (size_t k = 0; k < len; k++)
-            c->sum[b + k] = c->sum[b + k] + ga_int_value(ga_int_get_code(codes, c->bits, (uint32_t)k), scale);
+        int8_t code[GA_INT_BLOCK];
+        ga_int_unpack_codes(ga_int_codes((uint8_t *)c->in, c->bits, block), c->bits, code, (uint32_t)len);
+        float *sum = c->sum + b;
+        for (size_t k = 0; k < len; k++) sum[k] = sum[k] + (float)code[k] * scale;
     }
     return 0;
 }

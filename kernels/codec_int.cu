@@ -35,14 +35,14 @@ static __global__ void code_kernel(const float *grad, float *residual, uint8_t *
         size_t base = b * GA_INT_BLOCK;
         uint32_t len = n - base < GA_INT_BLOCK ? (uint32_t)(n - base) : GA_INT_BLOCK;
         float scale = ga_int_get_scale(out, bits, b);
-        uint8_t *codes = ga_int_codes(out, bits, b);
+        int8_t code[GA_INT_BLOCK];
         for (uint32_t k = 0; k < len; k++) {
             float v = residual[base + k] + grad[base + k];
-            int32_t code = ga_int_code(v, scale, levels);
-            residual[base + k] = v - ga_int_value(code, scale);
-            ga_int_put_code(codes, bits, k, code);
+            int32_t q = ga_int_code(v, scale, levels);
+            residual[base + k] = v - ga_int_value(q, scale);
+            code[k] = (int8_t)q;
         }
-        ga_int_pad_codes(codes, bits, len);
+        ga_int_pack_codes(ga_int_codes(out, bits, b), bits, code, len);
     }
 }
 

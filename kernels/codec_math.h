@@ -191,13 +191,18 @@ GA_HD int32_t ga_int_levels(uint32_t bits) { return bits == 8 ? 127 : 7; }
 
 GA_HD float ga_int_scale(float amax, int32_t levels) { return amax / (float)levels; }
 
+/* rint(x) for |x| <= 2^22, to nearest, ties to even: x + 1.5 * 2^23 lands in [2^23, 2^24), where
+ * the float spacing is 1, so the add rounds x to an integer and the subtract is exact. */
+GA_HD float ga_int_rint(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
+/* v / scale clamped to [-L, L] (rint commutes with clamping at integers), then rounded. */
 GA_HD int32_t ga_int_code(float v, float scale, int32_t levels)
 {
     if (scale == 0.0f) return 0;
-    float q = rintf(v / scale);
-    if (q > (float)levels) q = (float)levels;
-    if (q < (float)-levels) q = (float)-levels;
-    return (int32_t)q;
+    float q = v / scale, top = (float)levels;
+    q = q > top ? top : q;
+    q = q < -top ? -top : q;
+    return (int32_t)ga_int_rint(q);
 }
 
 GA_HD float ga_int_value(int32_t code, float scale) { return (float)code * scale; }
@@ -233,19 +238,32 @@ GA_HD uint8_t *ga_int_codes(uint8_t *payload, uint32_t bits, size_t block)
     return payload + block * ga_int_block_bytes(bits, GA_INT_BLOCK) + 4;
 }
 
-/* Writes code k of a block; the codes of a block are written in order k = 0, 1, ... */
-GA_HD void ga_int_put_code(uint8_t *codes, uint32_t bits, uint32_t k, int32_t code)
-{
-    if (bits == 8) codes[k] = (uint8_t)(code & 0xFF);
-    else if (k % 2 == 0) codes[k / 2] = (uint8_t)(code & 0xF);
-    else codes[k / 2] = (uint8_t)(codes[k / 2] | ((code & 0xF) << 4));
-}
-
-/* Zeroes the padding after the len codes of a block. */
-GA_HD void ga_int_pad_codes(uint8_t *codes, uint32_t bits, uint32_t len)
+/* Packs the len codes of a block (each in [-8, 7] for int4) and zeroes the padding after them. */
+GA_HD void ga_int_pack_codes(uint8_t *codes, uint32_t bits, const int8_t *code, uint32_t len)
 {
     size_t used = ((size_t)len * bits + 7) / 8, end = ga_int_block_bytes(bits, len) - 4;
+    if (bits == 8) {
+        for (uint32_t k = 0; k < len; k++) codes[k] = (uint8_t)code[k];
+    } else {
+        for (uint32_t j = 0; j < len / 2; j++)
+            codes[j] = (uint8_t)(((uint32_t)code[2 * j] & 0xFu) | ((uint32_t)code[2 * j + 1] & 0xFu) << 4);
+        if (len % 2) codes[len / 2] = (uint8_t)((uint32_t)code[len - 1] & 0xFu);
+    }
     for (size_t j = used; j < end; j++) codes[j] = 0;
+}
+
+/* The len codes of a block, sign-extended (a nibble n as (int8_t)(n << 4) >> 4). */
+GA_HD void ga_int_unpack_codes(const uint8_t *codes, uint32_t bits, int8_t *code, uint32_t len)
+{
+    if (bits == 8) {
+        for (uint32_t k = 0; k < len; k++) code[k] = (int8_t)codes[k];
+    } else {
+        for (uint32_t j = 0; j < len / 2; j++) {
+            code[2 * j] = (int8_t)((int8_t)(uint8_t)(codes[j] << 4) >> 4);
+            code[2 * j + 1] = (int8_t)((int8_t)codes[j] >> 4);
+        }
+        if (len % 2) code[len - 1] = (int8_t)((int8_t)(uint8_t)(codes[len / 2] << 4) >> 4);
+    }
 }
 
 GA_HD int32_t ga_int_get_code(const uint8_t *codes, uint32_t bits, uint32_t k)
