@@ -182,6 +182,15 @@ static void ckpt_work(ga_task *t)
 {
     ckpt_task *k = (ckpt_task *)t;
     uint64_t t0 = uv_hrtime(), oldest = 0;
+    /* The apply queued before this task refused its version (a tensor overflowed, core_push.c):
+     * the store holds values no worker was given, and the job fails when that apply's done
+     * runs. A checkpoint of them would be served after a restart: none is written. */
+    if (ga_store_overflowed(k->job->store) != UINT32_MAX) {
+        k->rc = GA_E_NONFINITE;
+        snprintf(k->why, sizeof k->why, "the step to version %" PRIu64 " overflowed and was refused",
+                 k->meta->version);
+        return;
+    }
     k->rc = ga_ckpt_write(k->job->dir, k->meta, k->job->store, k->keep, &oldest, k->why, sizeof k->why);
     if (k->rc == GA_OK) {
         char why[GA_WHY_CAP];
@@ -205,6 +214,9 @@ static void ckpt_done(ga_task *t)
         ga_log(GA_LOG_INFO,
                "job '%s': checkpoint of version %" PRIu64 " written in %.3f s (%zu journal segments trimmed)",
                job->name, k->meta->version, k->seconds, k->pruned);
+    } else if (k->rc == GA_E_NONFINITE) {
+        ga_log(GA_LOG_WARN, "job '%s': no checkpoint of version %" PRIu64 ": %s; the previous one is kept",
+               job->name, k->meta->version, k->why);
     } else {
         job->ckpt_failures++;
         ga_log(GA_LOG_ERROR, "job '%s': checkpoint of version %" PRIu64 " failed, the previous one is kept: %s",

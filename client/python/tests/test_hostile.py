@@ -472,13 +472,20 @@ def test_idle_connections_stay_within_grpc_memory(tmp_path: Path) -> None:
         s.stop()
 
 
-def test_a_step_that_overflows_is_not_published(tmp_path: Path) -> None:
+@pytest.mark.parametrize("checkpoint_steps", [0, 1, 2])
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    gradagg.cuda_device_count() == 0, reason="no CUDA device: the CUDA store is not tried"))])
+def test_a_step_that_overflows_is_not_published(tmp_path: Path, checkpoint_steps: int, stop: int,
+                                                backend: str) -> None:
     # Two ranks push finite gradients of 3e38: their sum is +Inf. The step is not published:
     # every rank is told (NonFiniteError naming the tensor and the versions), keeps the last
     # finite version, the log says so at ERROR and gradagg_overflows_total counts it; a restart
-    # replays to the same refusal instead of serving Inf.
+    # (SIGKILL or SIGTERM) replays to the same refusal instead of serving Inf, also when a
+    # checkpoint was due at the refused version (none is written of it).
     admin = f"127.0.0.1:{free_port()}"
-    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", admin)
+    ckpt = ["--checkpoint-steps", str(checkpoint_steps)] if checkpoint_steps else []
+    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", admin, "--backend", backend, *ckpt)
     try:
         def worker(r: int) -> Any:
             p = np.zeros(1024, np.float32)
@@ -498,7 +505,14 @@ def test_a_step_that_overflows_is_not_published(tmp_path: Path) -> None:
         assert "step 1 overflowed" in s.log.read_text(errors="replace")
         text = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
         assert "gradagg_overflows_total 1" in text.splitlines()
-        s.stop(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while checkpoint_steps and "checkpoint of version 2" not in s.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the checkpoint due at version 2 was never dealt with"
+            time.sleep(0.01)  # before SIGKILL: the checkpoint task has run (and written nothing)
+        s.stop(stop)
+        checkpointed = {int(f.name[len("checkpoint-"):-len(".gack")]) for f in tmp_path.rglob("checkpoint-*.gack")}
+        assert 2 not in checkpointed, "the refused version was checkpointed"
+        assert (1 in checkpointed) == (checkpoint_steps == 1), checkpointed  # the premise: checkpoints are written
         s = s.restart()
         with pytest.raises(errors.GradaggError, match="version 2 is not published"):
             with gradagg.Client(s.addr, "overflow", 0, 2, optimizer=gradagg.SGD(lr=1.0), resume=True, **FAST) as c:
