@@ -1,7 +1,7 @@
 /* int8 and int4 on the CPU. A payload is a run of blocks of GA_INT_BLOCK elements (the last one
  * may be shorter), each an fp32 scale and then its codes padded to 4 bytes (codec_math.h).
  * The encode runs in two passes over tiles: pass 1 writes every block's scale and flags one
- * above GA_INT_MAX_SCALE without touching the residual, so a refused encode changes nothing;
+ * above its maximum without touching the residual, so a refused encode changes nothing;
  * pass 2 writes the codes and leaves v - code * scale in the residual. */
 #include "codec_internal.h"
 #include "codec_math.h"
@@ -31,7 +31,7 @@ static uint32_t scale_tile(void *vctx, size_t lo, size_t hi)
             top = u > top ? u : top;
         }
         float scale = ga_int_scale(ga_f32_from_bits(top), levels);
-        bad |= !ga_int_scale_ok(scale);
+        bad |= !ga_int_scale_ok(scale, c->bits);
         ga_int_put_scale(c->out, c->bits, b / GA_INT_BLOCK, scale);
     }
     return bad;
@@ -74,7 +74,7 @@ static uint32_t check_tile(void *vctx, size_t lo, size_t hi)
     const int_ctx *c = vctx;
     uint32_t bad = 0;
     for (size_t b = lo; b < hi; b += GA_INT_BLOCK)
-        bad |= !ga_int_scale_ok(ga_int_get_scale(c->in, c->bits, b / GA_INT_BLOCK));
+        bad |= !ga_int_scale_ok(ga_int_get_scale(c->in, c->bits, b / GA_INT_BLOCK), c->bits);
     return bad;
 }
 

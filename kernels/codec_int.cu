@@ -21,7 +21,7 @@ static __global__ void scale_kernel(const float *grad, const float *residual, ui
             amax = a > amax ? a : amax;
         }
         float scale = ga_int_scale(amax, levels);
-        bad |= !ga_int_scale_ok(scale);
+        bad |= !ga_int_scale_ok(scale, bits);
         ga_int_put_scale(out, bits, b, scale);
     }
     if (bad) atomicOr(flag, 1u);
@@ -51,7 +51,7 @@ static __global__ void check_kernel(const uint8_t *payload, size_t n, uint32_t b
     size_t blocks = (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK;
     unsigned bad = 0;
     for (size_t b = ga_cuda_tid(); b < blocks; b += ga_cuda_nthreads())
-        bad |= !ga_int_scale_ok(ga_int_get_scale(payload, bits, b));
+        bad |= !ga_int_scale_ok(ga_int_get_scale(payload, bits, b), bits);
     if (bad) atomicOr(flag, 1u);
 }
 

@@ -207,9 +207,12 @@ GA_HD int32_t ga_int_code(float v, float scale, int32_t levels)
 
 GA_HD float ga_int_value(int32_t code, float scale) { return (float)code * scale; }
 
-/* A scale a decoder accepts: >= 0 and <= GA_INT_MAX_SCALE (so not NaN or Inf), so that any
- * code times it is finite. */
-GA_HD int ga_int_scale_ok(float s) { return s >= 0.0f && s <= GA_INT_MAX_SCALE; }
+/* A scale a decoder accepts: >= 0 and at most GA_INT8_MAX_SCALE / GA_INT4_MAX_SCALE (so not NaN
+ * or Inf), so that any code of the type times it is finite. */
+GA_HD int ga_int_scale_ok(float s, uint32_t bits)
+{
+    return s >= 0.0f && s <= (bits == 8 ? GA_INT8_MAX_SCALE : GA_INT4_MAX_SCALE);
+}
 
 /* Bytes of one block of len elements, and of a payload of n elements. */
 GA_HD size_t ga_int_block_bytes(uint32_t bits, size_t len) { return 4 + (((len * bits + 7) / 8 + 3) & ~(size_t)3); }

@@ -47,9 +47,12 @@ typedef enum ga_topk_indices { GA_TOPK_INDICES_INT32 = 0, GA_TOPK_INDICES_VARINT
 #define GA_1BIT_SCALED_BLOCK 1024u
 /* Elements per scale of GA_CODEC_INT8 and GA_CODEC_INT4. */
 #define GA_INT_BLOCK 64u
-/* The largest scale int8/int4 carry (2^100): any code times it is finite. An encode whose block
- * would need more fails with GA_E_RANGE; a decode refuses it with GA_E_NONFINITE. */
-#define GA_INT_MAX_SCALE 0x1p100f
+/* The largest scale int8 (2^120) and int4 (2^124) carry: any code of the type times it is at
+ * most 2^127, finite. An encode whose block would need more (max |v| above 127 * 2^120, about
+ * 1.69e38, or 7 * 2^124, about 1.49e38) fails with GA_E_RANGE; a decode refuses it with
+ * GA_E_NONFINITE. */
+#define GA_INT8_MAX_SCALE 0x1p120f
+#define GA_INT4_MAX_SCALE 0x1p124f
 /* Top-k selects exactly (no sampling) at or below this many elements. */
 #define GA_TOPK_EXACT_MAX 65536u
 /* Most threshold relaxations a top-k encode may be asked for. */
@@ -117,7 +120,7 @@ ga_status ga_codec_payload_range(ga_codec_id codec, const ga_codec_params *param
  * Errors: parameter errors as ga_codec_params_validate; GA_E_INVAL (NULL buffer, residual
  * given or missing against ga_codec_has_residual); GA_E_CAPACITY; GA_E_NONFINITE when grad
  * holds NaN or Inf (checked before residual changes); GA_E_RANGE when a dense fp16/bf16
- * value overflows the wire type or an int8/int4 block needs a scale above GA_INT_MAX_SCALE
+ * value overflows the wire type or an int8/int4 block needs a scale above GA_INT8/4_MAX_SCALE
  * (checked before residual changes); GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
 ga_status ga_codec_encode(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                           const float *grad, float *residual, size_t n, void *out, size_t cap,
@@ -133,7 +136,7 @@ ga_status ga_check_finite(const ga_exec *ex, const float *x, size_t n);
  * every i (zeros included), with no dense temporary. Validates everything first; on any error
  * sum is untouched. Errors: parameter errors; GA_E_LENGTH; GA_E_INDEX_RANGE; GA_E_INDEX_ORDER;
  * GA_E_NONFINITE (a value, or a 1bit_scaled scale, that is NaN or Inf, or a negative scale; an
- * int8/int4 scale outside [0, GA_INT_MAX_SCALE]);
+ * int8/int4 scale outside [0, GA_INT8/4_MAX_SCALE]);
  * GA_E_VARINT; GA_E_TOO_LARGE; GA_E_NO_CUDA / GA_E_NO_DEVICE / GA_E_CUDA. */
 ga_status ga_codec_decode_add(const ga_exec *ex, ga_codec_id codec, const ga_codec_params *params,
                               const void *payload, size_t len, size_t n, float *sum);

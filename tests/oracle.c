@@ -216,7 +216,7 @@ static ga_status encode_int(int bits, const float *g, float *r, size_t n, uint8_
     for (size_t b = 0; b < blocks; b++) { /* every scale is checked before any residual moves */
         float amax = 0.0f;
         for (size_t i = b * 64; i < n && i < b * 64 + 64; i++) amax = fmaxf(amax, fabsf(r[i] + g[i]));
-        if (!(amax / levels <= 0x1p100f)) return GA_E_RANGE;
+        if (!(amax / levels <= (bits == 8 ? 0x1p120f : 0x1p124f))) return GA_E_RANGE;
     }
     for (size_t b = 0; b < blocks; b++) {
         size_t lo = b * 64, len = n - lo < 64 ? n - lo : 64;
@@ -305,10 +305,10 @@ ga_status oracle_decode_check(ga_codec_id codec, float threshold, const uint8_t 
             if (!isfinite(s) || s < 0.0f) return GA_E_NONFINITE;
         }
     }
-    if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4) { /* a scale in [0, 2^100] */
+    if (codec == GA_CODEC_INT8 || codec == GA_CODEC_INT4) { /* a scale in [0, 2^120] or [0, 2^124] */
         for (size_t b = 0; b < (n + 63) / 64; b++) {
             float s = get_f32_le(payload + int_block_start(codec == GA_CODEC_INT8 ? 8 : 4, b));
-            if (!(s >= 0.0f && s <= 0x1p100f)) return GA_E_NONFINITE;
+            if (!(s >= 0.0f && s <= (codec == GA_CODEC_INT8 ? 0x1p120f : 0x1p124f))) return GA_E_NONFINITE;
         }
     }
     return GA_OK;

@@ -15,7 +15,7 @@ size_t oracle_encoded_size(ga_codec_id codec, size_t n);
 
 /* Encodes n values as the spec says. Returns GA_E_NONFINITE when grad holds NaN/Inf (residual
  * untouched), GA_E_RANGE when a fp16/bf16 value overflows the wire type or an int8/int4 block
- * needs a scale above 2^100 (residual untouched), else GA_OK. Writes
+ * needs a scale above 2^120 / 2^124 (residual untouched), else GA_OK. Writes
  * oracle_encoded_size(codec, n) bytes to out on GA_OK. `threshold` is read by 2bit and 1bit;
  * residual by 2bit, 1bit, 1bit_scaled, int8 and int4. Parameters are assumed valid. */
 ga_status oracle_encode(ga_codec_id codec, float threshold, const float *grad, float *residual, size_t n,

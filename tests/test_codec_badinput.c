@@ -244,20 +244,20 @@ static void test_bad_scale(void **state)
     ga_free(payload);
 }
 
-/* ---- int8 / int4: a scale outside [0, 2^100] is GA_E_NONFINITE on decode; a block that
- *      would need one is GA_E_RANGE on encode, the residual untouched ---- */
+/* ---- int8 / int4: a scale outside [0, 2^120] (int8) or [0, 2^124] (int4) is GA_E_NONFINITE on
+ *      decode; a block that would need one is GA_E_RANGE on encode, the residual untouched ---- */
 
 static void test_int_scale(void **state)
 {
     (void)state;
     const size_t n = 70001; /* three tiles, the last block partial */
-    const float bad[] = {NAN, INFINITY, -1.0f, -0x1p-149f, 0x1.000002p100f, 0x1p101f, FLT_MAX};
-    const float good[] = {0.0f, -0.0f, 0x1p-149f, 0x1p100f};
     const size_t blocks = (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK, at_block[] = {0, 600, blocks - 1};
     for (uint32_t bits = 4; bits <= 8; bits += 4) {
         ga_codec_id codec = bits == 8 ? GA_CODEC_INT8 : GA_CODEC_INT4;
         size_t block_bytes = bits == 8 ? 68 : 36;
-        float levels = bits == 8 ? 127.0f : 7.0f;
+        float levels = bits == 8 ? 127.0f : 7.0f, top = bits == 8 ? 0x1p120f : 0x1p124f;
+        const float bad[] = {NAN, INFINITY, -1.0f, -0x1p-149f, nextafterf(top, INFINITY), 2.0f * top, FLT_MAX};
+        const float good[] = {0.0f, -0.0f, 0x1p-149f, top};
         ga_codec_params p = ga_codec_params_default(codec);
         size_t len = 0;
         assert_int_equal(ga_codec_encoded_size(codec, &p, n, &len), GA_OK);
@@ -277,15 +277,17 @@ static void test_int_scale(void **state)
                     ga_free(payload);
                 }
             }
-            /* The largest block that fits: max |v| = L * 2^100 (the residual pattern is tiny). */
+            /* The largest block that fits, max |v| = L * top, encodes; one above it does not. */
             float *grad = pattern(n, 5);
             uint8_t *out = xalloc(len);
             const size_t at[] = {0, 40000, n - 1};
             for (size_t a = 0; a < COUNT(at); a++) {
                 float keep = grad[at[a]];
-                grad[at[a]] = -1e38f;
+                grad[at[a]] = -levels * top;
+                expect_encode_status(&ex, codec, &p, grad, n, RES_GIVEN, out, len, GA_OK);
+                grad[at[a]] = nextafterf(levels * top, INFINITY);
                 expect_encode_status(&ex, codec, &p, grad, n, RES_GIVEN, out, len, GA_E_RANGE);
-                grad[at[a]] = levels * 0x1p101f;
+                grad[at[a]] = -FLT_MAX;
                 expect_encode_status(&ex, codec, &p, grad, n, RES_GIVEN, out, len, GA_E_RANGE);
                 grad[at[a]] = keep;
             }

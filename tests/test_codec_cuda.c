@@ -402,8 +402,8 @@ static void test_bad_input(void **state)
         bad_decode(GA_CODEC_1BIT_SCALED, payload, len, n, GA_E_NONFINITE);
         test_free(payload);
 
-        /* int8 / int4: a scale above 2^100 or negative in the last block; a block whose scale
-         * would exceed 2^100 is refused at encode. */
+        /* int8 / int4: a scale above 2^120 / 2^124 or negative in the last block; a block whose
+         * scale would exceed it is refused at encode. */
         for (uint32_t bits = 4; bits <= 8; bits += 4) {
             ga_codec_id codec = bits == 8 ? GA_CODEC_INT8 : GA_CODEC_INT4;
             size_t full = bits == 8 ? 68 : 36, ilen = 0;
@@ -412,13 +412,13 @@ static void test_bad_input(void **state)
             memset(ip, 0x11, ilen);
             size_t iblocks = (n + GA_INT_BLOCK - 1) / GA_INT_BLOCK;
             for (size_t b = 0; b < iblocks; b++) memcpy(ip + b * full, &(float){0.5f}, 4);
-            memcpy(ip + (iblocks - 1) * full, &(uint32_t){0x72000000u}, 4); /* 2^101 */
+            memcpy(ip + (iblocks - 1) * full, &(uint32_t){0x7E800000u}, 4); /* 2^126 */
             bad_decode(codec, ip, ilen, n, GA_E_NONFINITE);
             memcpy(ip + (iblocks - 1) * full, &(uint32_t){0xBF800000u}, 4);
             bad_decode(codec, ip, ilen, n, GA_E_NONFINITE);
             test_free(ip);
             fill(grad, n, 0.5f);
-            grad[last] = 1e38f;
+            grad[last] = 3e38f;
             bad_encode(codec, grad, n, GA_E_RANGE);
         }
         test_free(grad);

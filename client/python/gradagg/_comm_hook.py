@@ -70,7 +70,7 @@ class CommHookState:
         self._client_kwargs = dict(client_kwargs, pull_codec=pull_codec)
         #: (bucket index, elements) -> (its client, the tensor the mean gradient is pulled into)
         self.buckets: Dict[Tuple[int, int], Tuple[Client, torch.Tensor]] = {}
-        #: Each bucket client's pulled non-finite flag (pull_codec "none" only).
+        #: Each bucket client's pulled non-finite flag (pull codecs that are not coarse).
         self._flags: Dict[Client, torch.Tensor] = {}
         self._waits: "queue.Queue[Optional[Tuple[Client, torch.Tensor, torch.futures.Future]]]" = queue.Queue()
         self._waiter = threading.Thread(target=self._wait_loop, name="gradagg-comm-hook", daemon=True)
@@ -108,7 +108,7 @@ class CommHookState:
                         mean=False, **self._client_kwargs)
         try:
             client.add_tensor(f"bucket{index}", out, **self._tensor_options)
-            if self._client_kwargs["pull_codec"] == "none":
+            if _reduce_job.carries_flag(self._client_kwargs["pull_codec"]):
                 self._flags[client] = torch.zeros(1)
                 client.add_tensor(_reduce_job.FLAG_TENSOR, self._flags[client])
             client.init()

@@ -25,10 +25,6 @@ import torch
 #: Exact steps before the momentum is compressed, when DistributedOptimizer is not told.
 DEFAULT_WARMUP = 100
 
-#: The codecs that hold most of each element back for later steps (ternary, sign, sparse): with
-#: Adam they take this scheme. int8 and int4 send every element to within a step of its block's
-#: scale, so Adam gets the gradients themselves (docs/sdk.md, "Adam with int8 gradients").
-COARSE_CODECS = ("2bit", "1bit", "1bit_scaled", "topk")
 
 
 def unsupported(inner: torch.optim.Optimizer) -> Optional[str]:

@@ -181,8 +181,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     sums that error feedback makes bursty and overshoot. optimizer=gradagg.SGD(lr, momentum=m)
     keeps the momentum on the server.
     A parameter whose .grad is None pushes zeros.
-    adam_warmup (worker-side torch.optim.Adam or AdamW with a codec of _momentum_adam.COARSE_CODECS:
-    2bit, 1bit, 1bit_scaled, topk; default 100): compressed Adam (docs/sdk.md; 1-bit Adam's scheme): the first adam_warmup steps exchange
+    adam_warmup (worker-side torch.optim.Adam or AdamW with a coarse codec, one that holds most of
+    each element back: 2bit, 1bit, 1bit_scaled, topk; default 100): compressed Adam (docs/sdk.md; 1-bit Adam's scheme): the first adam_warmup steps exchange
     exact gradients (codec none, fp32 pulls) and run the optimizer as given; then its second
     moment is frozen and each step exchanges the first moment with `codec` and `pull_codec`
     instead (_momentum_adam). 0: the gradients are exchanged with `codec` throughout.
@@ -250,7 +250,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             client_kwargs["mean"] = False  # the pushes are g / W (_reduce_job)
             self._fixed: List[Dict[str, Any]] = []
             self.momentum_on = "worker"
-            if adam_warmup is not None or any(c in _momentum_adam.COARSE_CODECS for c in codecs):
+            if adam_warmup is not None or any(c in _reduce_job.COARSE_CODECS for c in codecs):
                 why = _momentum_adam.unsupported(self.inner)
                 if adam_warmup is not None and adam_warmup < 0:
                     raise ValueError(f"adam_warmup: {adam_warmup}, expected >= 1, or 0 (off: the gradients are "
@@ -313,7 +313,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         sparse = TOPK_TRAINING
                     client.add_tensor(name, p, codec=c, threshold="auto" if thr is None and c == "2bit" else thr,
                                       auto_bits=auto_bits, dgc=tensor_dgc[i], **sparse)
-                if self.inner is not None and pulls == "none":
+                if self.inner is not None and _reduce_job.carries_flag(pulls):
                     self._flags[client] = torch.zeros(1)
                     client.add_tensor(_reduce_job.FLAG_TENSOR, self._flags[client])
                 with torch.no_grad():

@@ -3,7 +3,7 @@ momentum, Adam, AdamW with two param groups; gradient clipping, dynamic loss sca
 accumulation, per-group LR schedules, resume from state_dict), each trained by every system on
 the same ranks and batches: DDP over gloo (the reference), DDP with gradagg's comm hook, and
 gradagg.torch.DistributedOptimizer with the optimizer on the workers and on the server, overlap
-on and off. Writes {(optimizer, recipe, system): result} to --out (torch.save); a result is the
+on and off, and on the workers with int8 gradients both ways. Writes {(optimizer, recipe, system): result} to --out (torch.save); a result is the
 final parameters, the losses and the loss scales, or the error a system gave."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from gradagg.torch import CommHookState, DistributedOptimizer, comm_hook
 
 OPTIMIZERS = ("sgd", "adam", "adamw2")
 RECIPES = ("clip", "scaler", "accum", "sched", "resume")
-SYSTEMS = ("ddp", "hook", "worker", "worker-nooverlap", "server", "server-nooverlap")
+SYSTEMS = ("ddp", "hook", "worker", "worker-nooverlap", "worker-int8", "server", "server-nooverlap")
 STEPS = 24
 MAX_NORM = 0.5
 TINY_BUCKETS_MB = 1e-4  # one parameter per bucket: 6 buckets, 6 jobs
@@ -130,8 +130,10 @@ class Run:
             self.opt: torch.optim.Optimizer = torch_optimizer(kind, gs)
             self.no_sync = self.net.no_sync
         elif system.startswith("worker"):
+            codecs = dict(codec="int8", pull_codec="int8") if system == "worker-int8" else {}
             self.opt = DistributedOptimizer(model.named_parameters(), optimizer=torch_optimizer(kind, gs),
-                                            overlap=system == "worker", bucket_cap_mb=TINY_BUCKETS_MB, **common)
+                                            overlap=system != "worker-nooverlap", bucket_cap_mb=TINY_BUCKETS_MB,
+                                            **codecs, **common)
             self.closers.append(self.opt.close)
             self.no_sync = self.opt.no_sync
         else:
