@@ -191,12 +191,14 @@ ga_status ga_client_committed_step(ga_client *c, bool *any, uint64_t *step)
     return clear_error(c);
 }
 
-ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap)
+ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, bool *acked_durable, char *why,
+                             size_t cap)
 {
     Gradagg__V1__JoinResponse *resp = NULL;
     ga_status st = join_attempt(c, sh, &resp, why, cap);
     if (st != GA_OK) return st;
     *open_step = resp->open_step;
+    *acked_durable = resp->acked_durable;
     protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
     return GA_OK;
 }

@@ -210,8 +210,10 @@ bool ga_shard_retryable(ga_status st);
  * lacks a push from ("; step 40 has no push from ranks 2, 3"), asked by one Status call (nothing
  * appended when that fails). */
 void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap);
-/* The shard's open step for this job, from a Join as the same incarnation (one attempt). */
-ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, char *why, size_t cap);
+/* The shard's open step for this job, from a Join as the same incarnation (one attempt), and
+ * whether its server journals every acknowledged push (JoinResponse.acked_durable). */
+ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, bool *acked_durable, char *why,
+                             size_t cap);
 /* Sends the push of sh->step again (push.c): after the connection broke while its pull waited,
  * the server may have come back without it (--durability checkpoint); counted once if it kept
  * it. Moves the shard back as ga_shard_push does. */

@@ -447,17 +447,29 @@ static ga_status push_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, 
 
 /* ga_shard_retry of the push of sh->step. Refused as a step the server has not opened
  * (GA_E_STEP_FUTURE) in a sync job whose server's open step is older than sh->step, the server
- * came back at an older checkpoint (--durability checkpoint; docs/reliability.md,
- * "Durability"): the shard moves back to that step (the versions after it are counted in
- * versions_lost, and its next pull is a full one) and the same payloads go as that step. */
+ * came back at an older checkpoint. With --durability checkpoint (docs/reliability.md,
+ * "Durability") the shard moves back to that step (the versions after it are counted in
+ * versions_lost, and its next pull is a full one) and the same payloads go as that step. A
+ * server that journals every acknowledged push has lost steps it acknowledged (its data was
+ * damaged or replaced): GA_E_ROLLED_BACK, naming both versions, and nothing moves. */
 static ga_status push_send(ga_client *c, ga_shard *sh, push_arg *a, char *why, size_t cap)
 {
     a->step = sh->step;
     ga_status st = ga_shard_retry(c, sh, push_attempt, a, why, cap);
     if (st != GA_E_STEP_FUTURE || c->opt.mode != GA_MODE_SYNC) return st;
     uint64_t open = 0;
+    bool durable = false;
     char jwhy[256];
-    if (ga_shard_open_step(c, sh, &open, jwhy, sizeof jwhy) != GA_OK || open >= sh->step) return st;
+    if (ga_shard_open_step(c, sh, &open, &durable, jwhy, sizeof jwhy) != GA_OK || open >= sh->step) return st;
+    if (durable)
+        return ga_status_fail(GA_E_ROLLED_BACK, why, cap,
+                              "job '%s' on %s came back at version %llu, below version %llu, which that server had "
+                              "acknowledged to this worker, although it runs with --durability acked (every "
+                              "acknowledged push journaled): its data directory lost acknowledged steps (a journal "
+                              "segment removed, an older snapshot restored), and the worker stops rather than train "
+                              "on from version %llu (docs/reliability.md, \"Durability\")",
+                              sh->job, sh->addr, (unsigned long long)open, (unsigned long long)sh->step,
+                              (unsigned long long)open);
     sh->versions_lost += sh->step - open;
     sh->step = open;
     sh->exact = false;

@@ -58,7 +58,8 @@ extern "C" {
     X(E_UNAUTHENTICATED, -43, "missing or malformed credentials")                      \
     X(E_PERMISSION_DENIED, -44, "credentials do not allow this job")                   \
     X(E_RANK_FAILED, -45, "a rank of the job failed or was lost")                   \
-    X(E_BUSY, -46, "server busy: its memory or a client's streams are full for now; retry later")
+    X(E_BUSY, -46, "server busy: its memory or a client's streams are full for now; retry later") \
+    X(E_ROLLED_BACK, -47, "the job came back below a version its server had acknowledged")
 
 typedef enum ga_status {
 #define GA_STATUS_ENUM(name, value, msg) GA_##name = value,

@@ -75,6 +75,7 @@ grpc_status_code ga_wire_grpc_code(ga_status st)
     case GA_E_SHAPE: return GRPC_STATUS_FAILED_PRECONDITION;
     case GA_E_STEP_CLOSED: return GRPC_STATUS_ABORTED;
     case GA_E_RANK_FAILED: return GRPC_STATUS_ABORTED;
+    case GA_E_ROLLED_BACK: return GRPC_STATUS_DATA_LOSS; /* the SDK's own (never on the wire) */
     case GA_E_STEP_FUTURE: return GRPC_STATUS_OUT_OF_RANGE;
     case GA_E_VERSION: return GRPC_STATUS_OUT_OF_RANGE;
     /* the call or the connection */

@@ -543,6 +543,7 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     resp.rank = req->rank;
     resp.world_size = job->world;
     resp.heartbeat_ms = c->opt.rank_lost_ms / 4 ? c->opt.rank_lost_ms / 4 : 1;
+    resp.acked_durable = c->opt.data_dir && c->opt.durability == GA_DURABILITY_ACKED;
     ga_core_tensor_infos(job, infos, ptrs, &resp.n_tensors);
     resp.tensors = ptrs;
     ga_call_finish(call, &resp.base, GA_OK, NULL);

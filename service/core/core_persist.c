@@ -490,6 +490,35 @@ static void refuse_damaged(ga_core *c, ga_job *job, const ga_journal_end *end)
                       end->where, job->version);
 }
 
+/* The journal segment that follows the restored checkpoint is gone (removed, or a data
+ * directory put together from an older snapshot): the steps after the checkpoint cannot be
+ * replayed. With --durability acked they were acknowledged, so the job is refused as a damaged
+ * journal is; with --durability checkpoint losing them is the documented behaviour, said once. */
+static void refuse_missing(ga_core *c, ga_job *job)
+{
+    if (c->opt.durability != GA_DURABILITY_ACKED) {
+        ga_log(GA_LOG_WARN,
+               "restore: job '%s': no journal segment follows its checkpoint of version %" PRIu64
+               " (removed?); with --durability checkpoint it is served from that version, and workers ahead of it "
+               "move back to it",
+               job->name, job->version);
+        return;
+    }
+    c->damaged_journals++;
+    ga_log(GA_LOG_ERROR,
+           "restore: job '%s': its journal segments after the checkpoint of version %" PRIu64
+           " are missing (no segment starts at or before seq %" PRIu64
+           "): steps acknowledged after that version cannot be replayed, so the job is refused; restore its directory "
+           "from a backup, or delete the job",
+           job->name, job->version, job->version + 1);
+    ga_core_job_fault(job, GA_E_IO,
+                      "its journal segments after the checkpoint of version %" PRIu64
+                      " are missing: steps acknowledged after it cannot be restored (--durability acked), so the job "
+                      "is refused until an operator restores its directory or deletes it (docs/reliability.md, \"A "
+                      "damaged journal\")",
+                      job->version);
+}
+
 /* One job directory: checkpoint, journal, then a fresh journal segment for what comes next. */
 static void restore_dir(ga_core *c, const char *dir)
 {
@@ -499,6 +528,8 @@ static void restore_dir(ga_core *c, const char *dir)
     c->replaying = true; /* jobs created here run their tasks inline and journal nothing */
     load_newest(&r);
     uint64_t after = r.job ? r.job->version : 0;
+    bool journal_gone = false; /* the segment after the checkpoint is missing (ga_journal_reaches) */
+    if (r.job && ga_journal_reaches(dir, after + 1, &journal_gone, why, sizeof why) == GA_OK) journal_gone = !journal_gone;
     ga_status st = ga_journal_replay(dir, after, r.job ? r.job->staleness : 0, replay_record, &r, &end, why, sizeof why);
     c->replaying = false;
     if (!r.job) {
@@ -531,6 +562,10 @@ static void restore_dir(ga_core *c, const char *dir)
     if (end.damaged) {
         refuse_damaged(c, job, &end);
         return;
+    }
+    if (journal_gone) {
+        refuse_missing(c, job);
+        if (job->fault != GA_OK) return;
     }
     ga_log(GA_LOG_INFO,
            "restore: job '%s' at version %" PRIu64 " (open step %" PRIu64 ", %u commits) after %" PRIu64

@@ -501,6 +501,17 @@ ga_status ga_journal_replay(const char *dir, uint64_t after, uint32_t ahead, ga_
     return st;
 }
 
+ga_status ga_journal_reaches(const char *dir, uint64_t seq, bool *found, char *why, size_t cap)
+{
+    seg_id *ids;
+    size_t count;
+    GA_CHECK(list_segments(dir, &ids, &count, why, cap));
+    *found = false;
+    for (size_t i = 0; i < count; i++) *found |= ids[i].first <= seq;
+    ga_free(ids);
+    return GA_OK;
+}
+
 ga_status ga_journal_prune(const char *dir, uint64_t covered, uint32_t ahead, size_t *removed, char *why, size_t cap)
 {
     seg_id *ids;

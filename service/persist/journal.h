@@ -116,6 +116,11 @@ typedef ga_status (*ga_journal_visit)(void *arg, const ga_journal_record *r, cha
 ga_status ga_journal_replay(const char *dir, uint64_t after, uint32_t ahead, ga_journal_visit visit, void *arg,
                             ga_journal_end *end, char *why, size_t cap);
 
+/* Whether dir holds a segment that starts at or before seq (*found; false when it holds none). A
+ * checkpoint of version v is always followed by a segment starting at v + 1 (the journal rotates
+ * when the checkpoint is queued), so without one the records after v were removed. */
+ga_status ga_journal_reaches(const char *dir, uint64_t seq, bool *found, char *why, size_t cap);
+
 /* Deletes the segments (and their copies) whose every record has seq <= covered (the next
  * segment starts at or below covered - ahead). Never the newest segment. Returns how many went. */
 ga_status ga_journal_prune(const char *dir, uint64_t covered, uint32_t ahead, size_t *removed, char *why, size_t cap);

@@ -73,7 +73,7 @@ for _base, _names in (
     (UnavailableError, "UNAVAILABLE DRAINING DEADLINE CANCELLED TRANSPORT"),
     (AuthError, "UNAUTHENTICATED PERMISSION_DENIED"),
     (JobError, "UNKNOWN_JOB UNKNOWN_TENSOR RANK RANK_HELD STALE NOT_MEMBER JOB_CONFIG SHAPE "
-               "STEP_CLOSED STEP_FUTURE VERSION RANK_FAILED"),
+               "STEP_CLOSED STEP_FUTURE VERSION RANK_FAILED ROLLED_BACK"),
     (ProtocolError, "LENGTH INDEX_RANGE INDEX_ORDER CAPACITY VARINT PROTO UNIMPLEMENTED COVERAGE "
                     "STREAM_MIXED UNKNOWN_SERVICE"),
     (ResourceError, "NOMEM LIMIT IO BUSY"),
@@ -91,7 +91,7 @@ _CLASS_NAMES = {
     "E_IO": "IoError",
 }
 
-#: Lowest status value probed; ga_status.h has -1..-46, a few spare for later additions.
+#: Lowest status value probed; ga_status.h has -1..-47, a few spare for later additions.
 _LOWEST = -128
 
 
