@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ga_codec.h"
+#include "ga_text.h"
 #include "ga_wire.h"
 #include "json.h"
 
@@ -26,6 +27,17 @@ int cli_exit_for(ga_status st)
 
 static int worst(int a, int b) { return a > b ? a : b; }
 
+/* A client string (a job name, a failure's reason) for a line of text: escaped (ga_text.h) into
+ * buf, cut to fit. */
+typedef struct shown {
+    char s[1024];
+} shown;
+static const char *show(shown *buf, const char *s)
+{
+    ga_text_escape(buf->s, sizeof buf->s, s ? s : "", s ? strlen(s) : 0);
+    return buf->s;
+}
+
 /* One unary call to shard s; on failure prints it (stderr, or into the JSON as "error"). */
 static ga_status call(const cli *c, const cli_shard *s, ga_method_id m, const ProtobufCMessage *req,
                       ProtobufCMessage **resp, json *j)
@@ -33,7 +45,9 @@ static ga_status call(const cli *c, const cli_shard *s, ga_method_id m, const Pr
     char msg[512] = "";
     ga_status st = ga_call_unary(s->channel, m, req, c->timeout_ms, resp, msg, sizeof msg);
     if (st == GA_OK) return GA_OK;
-    fprintf(stderr, "gradagg: %s: %s: %s (%s)\n", s->address, ga_methods[m].name, msg, ga_status_name(st));
+    shown text;
+    fprintf(stderr, "gradagg: %s: %s: %s (%s)\n", s->address, ga_methods[m].name, show(&text, msg),
+            ga_status_name(st));
     if (j) {
         json_begin_object(j, "error");
         json_string(j, "status", ga_status_name(st));
@@ -127,8 +141,10 @@ static void jobs_show(const cli *c, const char *job, size_t i, const ProtobufCMe
         if (x->async) snprintf(committed, sizeof committed, "async");
         else snprintf(committed, sizeof committed, "%" PRIu32 "/%" PRIu32, x->committed, x->world_size);
         if (c->nshards > 1) printf("%-22s ", c->shards[i].address);
-        printf("%-24s %7" PRIu32 " %7" PRIu32 " %10" PRIu64 " %10" PRIu64 " %11s  %s%s%s\n", x->job, x->world_size,
-               x->joined, x->version, x->open_step, committed, state, failed ? ": " : "", failed ? x->failure : "");
+        shown name, why;
+        printf("%-24s %7" PRIu32 " %7" PRIu32 " %10" PRIu64 " %10" PRIu64 " %11s  %s%s%s\n", show(&name, x->job),
+               x->world_size, x->joined, x->version, x->open_step, committed, state, failed ? ": " : "",
+               failed ? show(&why, x->failure) : "");
     }
     if (c->json) json_end_array(j);
 }
@@ -253,15 +269,16 @@ static void status_table(const cli_shard *s, const Gradagg__V1__StatusResponse *
 {
     bool async = r->config && r->config->mode == GRADAGG__V1__MODE__MODE_ASYNC;
     uint32_t world = r->config ? r->config->world_size : (uint32_t)r->n_members;
-    printf("job %s on %s: %s, world %" PRIu32 ", version %" PRIu64 ", open step %" PRIu64, r->job, s->address,
-           async ? "async" : "sync", world, r->version, r->open_step);
+    shown text;
+    printf("job %s on %s: %s, world %" PRIu32 ", version %" PRIu64 ", open step %" PRIu64, show(&text, r->job),
+           s->address, async ? "async" : "sync", world, r->version, r->open_step);
     if (!async) printf(", committed %" PRIu32 "/%" PRIu32, r->committed, world);
     printf(", steps %" PRIu64 "%s\n", r->steps, r->finished ? ", finished" : "");
-    if (r->failure && r->failure[0]) printf("failed: %s\n", r->failure);
+    if (r->failure && r->failure[0]) printf("failed: %s\n", show(&text, r->failure));
     if (r->config && r->config->min_world_size)
         printf("elastic: %" PRIu32 " to %" PRIu32 " ranks\n", r->config->min_world_size, world);
     if (r->config && r->config->staleness) printf("staleness: %" PRIu32 " steps\n", r->config->staleness);
-    if (r->waiting && r->waiting[0]) printf("%s\n", r->waiting);
+    if (r->waiting && r->waiting[0]) printf("%s\n", show(&text, r->waiting));
     char lagging[256], missing[256];
     ranks_in_state(r, MEMBER_LAGGING, lagging, sizeof lagging);
     ranks_in_state(r, MEMBER_MISSING, missing, sizeof missing);
@@ -313,7 +330,10 @@ int cli_status(const cli *c, const char *job)
 static void delete_show(const cli *c, const char *job, size_t i, const ProtobufCMessage *resp, json *j)
 {
     if (c->json) json_bool(j, "deleted", resp != NULL);
-    else if (resp) printf("deleted job %s on %s\n", job, c->shards[i].address);
+    else if (resp) {
+        shown name;
+        printf("deleted job %s on %s\n", show(&name, job), c->shards[i].address);
+    }
 }
 
 int cli_delete(const cli *c, const char *job)

@@ -2,12 +2,27 @@
 #include "json.h"
 
 #include <math.h>
+#include <string.h>
 
+#include "ga_text.h"
 
+/* Strings are client data (job names, reasons): control characters as escapes, and every byte
+ * that is not part of valid UTF-8 as U+FFFD, so the output always parses as JSON. */
 static void put_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t n = strlen(s), k; n; p += k, n -= k) {
+        k = ga_utf8_len(p, n);
+        if (k == 0) {
+            fputs("\\ufffd", out);
+            k = 1;
+            continue;
+        }
+        if (k > 1) {
+            fwrite(p, 1, k, out);
+            continue;
+        }
         switch (*p) {
         case '"': fputs("\\\"", out); break;
         case '\\': fputs("\\\\", out); break;
@@ -15,7 +30,7 @@ static void put_string(FILE *out, const char *s)
         case '\r': fputs("\\r", out); break;
         case '\t': fputs("\\t", out); break;
         default:
-            if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+            if (*p < 0x20 || *p == 0x7F) fprintf(out, "\\u%04x", *p);
             else fputc(*p, out);
         }
     }

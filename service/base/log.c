@@ -1,6 +1,9 @@
-/* The server's log: ISO-8601 UTC timestamp, level, message; one write per line (see log.h). */
+/* The server's log: ISO-8601 UTC timestamp, level, message; one write per line (see log.h). The
+ * message is escaped whole (ga_text_escape): client strings in it cannot split or forge a line. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r */
 #include "log.h"
+
+#include "ga_text.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -39,16 +42,17 @@ void ga_log(ga_log_level level, const char *fmt, ...)
 
     /* The whole line is formatted first and written with one fputs: stdio locks the stream per
      * call, so concurrent lines never interleave. One byte stays free for the newline. */
-    char line[4096];
+    char msg[4096], line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t len = m < 0 ? 0 : (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1; /* cut at the buffer's end */
+    if (len > 0 && msg[len - 1] == '\n') len--; /* a caller's own newline is not doubled */
     const size_t cap = sizeof line - 1;
     size_t n = strftime(line, cap, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(line + n, cap - n, ".%03ldZ %-5s ", ts.tv_nsec / 1000000L, level_tags[level]);
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(line + n, cap - n, fmt, ap);
-    va_end(ap);
-    if (m > 0) n = (size_t)m < cap - n ? n + (size_t)m : cap - 1; /* cut at the buffer's end */
-    if (n > 0 && line[n - 1] == '\n') n--; /* a caller's own newline is not doubled */
+    n += ga_text_escape(line + n, cap - n, msg, len);
     line[n++] = '\n';
     line[n] = '\0';
     fputs(line, stderr);

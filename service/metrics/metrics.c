@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ga_alloc.h"
+#include "ga_text.h"
 
 #ifndef GA_VERSION
 #define GA_VERSION "unknown"
@@ -65,27 +66,6 @@ void ga_metrics_text_free(ga_metrics_text *t)
 
 /* ---- escaping ---- */
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one (overlong forms,
- * surrogates and code points above U+10FFFF included). */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80) return 1;
-    size_t len;
-    uint32_t cp;
-    if ((s[0] & 0xE0) == 0xC0) len = 2, cp = s[0] & 0x1F;
-    else if ((s[0] & 0xF0) == 0xE0) len = 3, cp = s[0] & 0x0F;
-    else if ((s[0] & 0xF8) == 0xF0) len = 4, cp = s[0] & 0x07;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 /* Label values escape \ " and newline; HELP text escapes \ and newline. Bytes that are not
  * UTF-8 (a job name is whatever a client sent) become U+FFFD, so a scrape always parses. */
 static void put_escaped(ga_metrics_text *t, const char *s, bool quote)
@@ -93,7 +73,7 @@ static void put_escaped(ga_metrics_text *t, const char *s, bool quote)
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
     while (n) {
-        size_t k = utf8_len(p, n);
+        size_t k = ga_utf8_len(p, n);
         if (k == 0) {
             puts_(t, "\xEF\xBF\xBD");
             k = 1;

@@ -7,10 +7,14 @@ the admin port answers its probes under a slow-loris. Each test reproduces an at
 on the same server."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import resource
+import shutil
 import signal
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -23,7 +27,7 @@ import pytest
 
 import gradagg
 from gradagg import _lib, errors
-from _util import FAST, run_ranks
+from _util import FAST, build_dir, run_ranks
 from _wire import (SERVICE, HeldStream, RssPeak, channel, init_chunk, join_request, pull_request, push_chunk, rss_mib,
                    unary)
 from conftest import Server
@@ -519,5 +523,59 @@ def test_a_step_that_overflows_is_not_published(tmp_path: Path, checkpoint_steps
                 c.add_tensor("w", np.zeros(1024, np.float32))
                 c.init()
                 c.step([np.zeros(1024, np.float32)])
+    finally:
+        s.stop()
+
+
+# Client-chosen names and reasons that would break a line, a label or a document: a newline
+# followed by a forged log line, a carriage return, a terminal escape, quotes and backslashes,
+# non-ASCII, and the longest name a server takes (255 bytes).
+HOSTILE_NAMES = [
+    "evil\n2026-11-27T00:00:00.000Z ERROR forged line",
+    "cr\rtab\t\x1b[31mred\x7f",
+    'quote"back\\slash\\x0a',
+    "caf\u00e9-\u20ac-\U0001F600",
+    "x" * 250 + "\n\x01\x02",
+]
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARN |INFO |DEBUG) ")
+
+
+def test_client_strings_are_escaped_in_logs_metrics_and_the_cli(tmp_path: Path) -> None:
+    # Each name is a one-rank job whose rank fails with a reason holding a newline too: the
+    # server logs the name and the reason (the failure at ERROR); every line of the log is one
+    # line of its own format, /metrics passes promtool, the CLI prints one table row per job and
+    # JSON that parses back to the exact names.
+    admin = f"127.0.0.1:{free_port()}"
+    s = Server(_lib.server_binary(), tmp_path, "--admin-listen", admin, "--log-level", "debug")
+    try:
+        for name in HOSTILE_NAMES:
+            c = gradagg.Client(s.addr, name, 0, 1, optimizer=gradagg.SGD(lr=0.1), **FAST)
+            c.add_tensor("w\nforged", np.zeros(16, np.float32))
+            c.init()
+            c.close(failure=f"boom\n{name}")
+        log = s.log.read_text(errors="strict")
+        assert log.count("ERROR job ") >= len(HOSTILE_NAMES), log[-3000:]  # every failure logged
+        for line in log.splitlines():
+            assert LOG_LINE.match(line), f"a log line not of the log's format: {line!r}"
+        assert "\\x0a2026-11-27T00:00:00.000Z ERROR forged line" in log  # escaped, on the line it belongs to
+        assert "quote\"back\\\\slash\\\\x0a" in log  # a backslash is doubled: an escape is never the client's
+        scrape = urllib.request.urlopen(f"http://{admin}/metrics", timeout=10).read().decode()
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], input=scrape, capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr)
+        cli_bin = str(build_dir() / "client" / "gradagg")
+        rows = subprocess.run([cli_bin, "--server", s.addr, "jobs"], capture_output=True, text=True, timeout=60)
+        assert rows.returncode == 0, rows.stderr
+        assert len(rows.stdout.splitlines()) == 1 + len(HOSTILE_NAMES), rows.stdout
+        doc = subprocess.run([cli_bin, "--json", "--server", s.addr, "jobs"], capture_output=True, text=True,
+                             timeout=60)
+        listed = {j["job"] for shard in json.loads(doc.stdout)["shards"] for j in shard["jobs"]}
+        assert listed == set(HOSTILE_NAMES)
+        for name in HOSTILE_NAMES:
+            st = subprocess.run([cli_bin, "--server", s.addr, "status", name], capture_output=True, text=True,
+                                timeout=60)
+            assert st.returncode == 0 and st.stdout.startswith("job "), (st.stdout, st.stderr)
+            assert all(not line.startswith("2026-11-27") for line in st.stdout.splitlines()), st.stdout
     finally:
         s.stop()
