@@ -46,11 +46,8 @@ static void code_block(float *r, const float *g, size_t len, float scale, int32_
     }
     const float top = (float)levels;
     for (size_t k = 0; k < len; k++) {
-        float v = r[k] + g[k], q = v / scale;
-        q = q > top ? top : q;
-        q = q < -top ? -top : q;
-        q = ga_int_rint(q); /* = ga_int_code(v, scale, levels), written out to stay branch-free */
-        r[k] = v - q * scale;
+        float v = r[k] + g[k], q = ga_int_quantize(v, scale, top); /* scale > 0: ga_int_code */
+        r[k] = v - q * scale;                                       /* = v - ga_int_value(code, scale) */
         code[k] = (int8_t)(int32_t)q;
     }
 }

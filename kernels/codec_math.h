@@ -195,14 +195,20 @@ GA_HD float ga_int_scale(float amax, int32_t levels) { return amax / (float)leve
  * the float spacing is 1, so the add rounds x to an integer and the subtract is exact. */
 GA_HD float ga_int_rint(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
-/* v / scale clamped to [-L, L] (rint commutes with clamping at integers), then rounded. */
-GA_HD int32_t ga_int_code(float v, float scale, int32_t levels)
+/* The code of v for a scale > 0, as a float: v / scale clamped to [-top, top] (top = L; rint
+ * commutes with clamping at integers), then rounded. No branch: loops over it vectorise. */
+GA_HD float ga_int_quantize(float v, float scale, float top)
 {
-    if (scale == 0.0f) return 0;
-    float q = v / scale, top = (float)levels;
+    float q = v / scale;
     q = q > top ? top : q;
     q = q < -top ? -top : q;
-    return (int32_t)ga_int_rint(q);
+    return ga_int_rint(q);
+}
+
+/* The code of v: ga_int_quantize, or 0 when scale is 0 (the block is all zeros). */
+GA_HD int32_t ga_int_code(float v, float scale, int32_t levels)
+{
+    return scale == 0.0f ? 0 : (int32_t)ga_int_quantize(v, scale, (float)levels);
 }
 
 GA_HD float ga_int_value(int32_t code, float scale) { return (float)code * scale; }
