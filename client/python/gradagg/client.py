@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -167,6 +169,38 @@ def _install_excepthook() -> None:
         previous(tp, value, tb)
 
     sys.excepthook = hook
+
+
+#: The process whose exit finalizer is installed (a forked child inherits the parent's globals).
+_exit_finalizer_pid = 0
+
+
+def _install_exit_finalizer() -> None:
+    """Once per process that multiprocessing started (torch.multiprocessing.spawn included): an
+    exception that ends such a child never reaches sys.excepthook (multiprocessing catches it, or
+    torch's spawn turns it into sys.exit(1)), but multiprocessing runs its finalizers while it
+    propagates. This one closes the clients this process opened as failed — naming the exception,
+    or the exit status of a SystemExit that is not 0 — so the other ranks learn of it at once,
+    not a lease later. A child that returns normally closes nothing here."""
+    global _exit_finalizer_pid
+    if _exit_finalizer_pid == os.getpid() or multiprocessing.parent_process() is None:
+        return
+    _exit_finalizer_pid = os.getpid()
+
+    def finalize() -> None:
+        exc = sys.exc_info()[1]
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+            return
+        why = (f"the process exited with status {exc.code} (a multiprocessing child ended by an exception)"
+               if isinstance(exc, SystemExit) else failure_text(exc))
+        for client in list(_open_clients):
+            if client._pid == os.getpid():  # not a forked copy of the parent's clients
+                try:
+                    client.close(why)
+                except Exception:  # noqa: BLE001 - the process is ending with its own error
+                    pass
+
+    multiprocessing.util.Finalize(None, finalize, exitpriority=100)
 
 
 _sigterm_installed = False
@@ -342,8 +376,10 @@ class Client:
         self._handle = handle
         self.rank = int(_lib.ga_client_rank(handle))  # the server's pick for rank="any"
         self._elastic = o.min_world_size > 0
+        self._pid = os.getpid()
         _open_clients.add(self)
         _install_excepthook()
+        _install_exit_finalizer()
         if self._elastic:
             _install_sigterm()
 

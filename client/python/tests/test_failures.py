@@ -1,5 +1,6 @@
 """A failed rank fails the job, loudly and fast (docs/protocol.md, "Failed ranks"): a rank that
-raises, one that ends the program with an exception, one that is SIGKILLed; the other ranks'
+raises, one that ends the program with an exception, one that dies in a multiprocessing child
+(torch.multiprocessing.spawn too), one that is SIGKILLed; the other ranks'
 next call (or the one they wait in) raises RankFailedError naming the rank and why, within the
 stated bound, never after step_timeout_ms. A job with a straggler policy goes on without the
 rank instead. A rank busy longer than --rank-lost-ms between calls is not lost (heartbeats), and
@@ -111,6 +112,48 @@ def test_an_exception_that_ends_the_program_fails_the_job(lossy, job) -> None:
     assert "rank 1 failed: ValueError: bad batch 3" in str(e)
     assert "lost" not in str(e)  # told by the rank itself, not noticed by its lease
     assert time.monotonic() - t0 < 60
+
+
+def rank_1_in_a_child(index: int, addr: str, job: str) -> None:
+    """Rank 1 in a multiprocessing child (spawned: importable by name): 3 steps, then it raises."""
+    c = gradagg.Client(addr, job, 1, 2, optimizer=gradagg.SGD(lr=0.1))
+    p = np.zeros(1000, np.float32)
+    c.add_tensor("p", p)
+    c.init()
+    for _ in range(3):
+        c.step([np.ones_like(p)])
+    raise ValueError("bad shard " + str(3))
+
+
+@pytest.mark.parametrize("start", ["torch.multiprocessing.spawn", "multiprocessing.Process"])
+def test_a_rank_that_dies_in_a_multiprocessing_child_fails_the_job(lossy, job, start: str) -> None:
+    # The child's exception never reaches sys.excepthook (multiprocessing catches it; torch's
+    # spawn turns it into sys.exit(1)); the SDK's exit finalizer closes its client as failed,
+    # so rank 0 is told by the rank itself, not by its lease.
+    import multiprocessing
+
+    import torch.multiprocessing
+    if start == "torch.multiprocessing.spawn":
+        spawned = torch.multiprocessing.spawn(rank_1_in_a_child, args=(lossy.addr, job), nprocs=1, join=False)
+    else:
+        spawned = multiprocessing.get_context("spawn").Process(target=rank_1_in_a_child, args=(0, lossy.addr, job))
+        spawned.start()
+    p = np.zeros(1000, np.float32)
+    with client(lossy, job, 0, 2) as c:
+        c.add_tensor("p", p)
+        c.init()
+        e = steps_until_failure(c, p)
+    if start == "torch.multiprocessing.spawn":
+        with pytest.raises(Exception, match="bad shard 3"):  # torch re-raises the child's error here
+            while not spawned.join(timeout=60):
+                pass
+        assert "rank 1 failed: the process exited with status 1" in str(e), str(e)
+    else:
+        spawned.join(timeout=60)
+        assert spawned.exitcode == 1
+        assert "rank 1 failed: ValueError: bad shard 3" in str(e), str(e)
+    assert isinstance(e, errors.RankFailedError), repr(e)
+    assert "lost" not in str(e)  # told by the rank itself, not noticed by its lease
 
 
 def test_a_killed_rank_is_lost_within_the_bound(lossy, job) -> None:
