@@ -66,7 +66,7 @@ def test_sanitizer_builds_are_not_searched(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_module_helpers() -> None:
-    assert gradagg.codecs() == ["none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk"]
+    assert gradagg.codecs() == ["none", "fp16", "bf16", "2bit", "1bit", "1bit_scaled", "topk", "int8", "int4"]
     assert gradagg.codec_id("topk") == 6
     assert isinstance(gradagg.cuda_built(), bool)
     assert gradagg.cuda_device_count() >= 0
