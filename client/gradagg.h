@@ -308,7 +308,10 @@ ga_status ga_client_init(ga_client *c);
  *  - a failed pull after an acknowledged push: the buffers keep the old version (fp32 pieces
  *    may have been written: they hold a mix) and the next ga_client_step pulls first;
  *  - GA_E_NONFINITE from the server: the step's sum or optimizer overflowed and the job failed;
- *    the buffers hold the last finite version (docs/reliability.md, "Overflow").
+ *    the buffers hold the last finite version (docs/reliability.md, "Overflow");
+ *  - GA_E_ROLLED_BACK: the server came back with the job below the version it had acknowledged
+ *    to this client although it journals every acknowledged push (--durability acked): its data
+ *    lost acknowledged steps; nothing moved (docs/reliability.md, "Durability").
  * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
  * version the push acknowledgement names. With several shards these rules hold per shard for its
  * pieces; when a step reached some shards and not others, the next call pulls the first and
