@@ -85,7 +85,7 @@ static uint32_t decode_tile(void *vctx, size_t lo, size_t hi)
         int8_t code[GA_INT_BLOCK];
         ga_int_unpack_codes(ga_int_codes((uint8_t *)c->in, c->bits, block), c->bits, code, (uint32_t)len);
         float *sum = c->sum + b;
-        for (size_t k = 0; k < len; k++) sum[k] = sum[k] + (float)code[k] * scale;
+        for (size_t k = 0; k < len; k++) sum[k] = sum[k] + ga_int_value(code[k], scale);
     }
     return 0;
 }
