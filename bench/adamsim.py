@@ -83,17 +83,23 @@ class Sender:
 
 
 class Publisher:
-    """The server's pull side: a published copy that moves by the coded difference. It starts at
-    the parameters (a reduce job's init values: rank 0's parameters, DistributedOptimizer's
-    broadcast), or with --pull-start zeros at zero (the momentum jobs of compressed Adam)."""
+    """The server's pull side: a published copy that moves by the coded difference. By default
+    (--pull-start full) as the server does it for every reduce job: the first publication goes
+    out exact (fp32) and the copy starts from it (docs/protocol.md, "Pull"). --pull-start params
+    starts the copy at the parameters (the init values of DistributedOptimizer's gradient jobs:
+    rank 0's parameters) and codes the first mean from there; zeros starts it at zero."""
 
     def __init__(self, a: argparse.Namespace, params: List[torch.Tensor]) -> None:
         self.coder = Coder(a, a.pull, len(params))
+        self.first_full = a.pull_start == "full"
         self.published = [p.detach().clone() if a.pull_start == "params" else torch.zeros_like(p) for p in params]
 
     def publish(self, values: List[torch.Tensor]) -> List[torch.Tensor]:
         for k, v in enumerate(values):
-            self.published[k] = self.published[k] + self.coder(k, v - self.published[k])
+            if self.first_full and self.coder.step == 0:
+                self.published[k] = v.clone()
+            else:
+                self.published[k] = self.published[k] + self.coder(k, v - self.published[k])
         self.coder.step += 1
         return self.published
 
@@ -104,8 +110,8 @@ def main() -> int:
     ap.add_argument("--codec", default="none", choices=("none", "fp16", "bf16", "2bit", "int8", "int4"))
     ap.add_argument("--pull", default="none", choices=("none", "fp16", "bf16", "2bit", "int8", "int4"))
     ap.add_argument("--no-ef", action="store_true", help="push without error feedback")
-    ap.add_argument("--pull-start", default="params", choices=("params", "zeros"),
-                    help="where the published copy starts (params: as DistributedOptimizer's reduce jobs)")
+    ap.add_argument("--pull-start", default="full", choices=("full", "params", "zeros"),
+                    help="where the published copy starts (full: the server's rule, see Publisher)")
     ap.add_argument("--rho", type=float, default=0.5, help="2bit density (0.5: the SDK's 1.5-bit default)")
     ap.add_argument("--smoothing", type=float, default=0.5)
     ap.add_argument("--block", type=int, default=64)
@@ -125,8 +131,6 @@ def main() -> int:
     opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=a.lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(a.iters // 10, a.iters))
     senders = [Sender(a, params) for _ in range(a.world)]
-    if a.scheme == "onebit":
-        a.pull_start = "zeros"
     pub = Publisher(a, params)
     index = {id(p): k for k, p in enumerate(params)}
     losses = [task.eval_loss(model)]

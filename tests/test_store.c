@@ -118,6 +118,11 @@ static void model_publish(model *m, model_tensor *t, model_pub *pub)
         memcpy(pub->full, t->params, t->n * sizeof(float));
         return;
     }
+    if (m->cfg.optim == GA_OPTIM_REDUCE && m->version == 1) { /* the first reduced gradient: fp32 only */
+        memcpy(t->published, t->params, t->n * sizeof(float));
+        memcpy(pub->full, t->params, t->n * sizeof(float));
+        return;
+    }
     size_t most;
     assert_int_equal(ga_codec_encoded_size(m->cfg.pull_codec, &m->cfg.pull_params, pe, &most), GA_OK);
     pub->delta = ga_malloc(pub->npieces * most + 1);

@@ -416,6 +416,21 @@ static bool delta_unsendable(ga_status rc)
     return rc == GA_E_NONFINITE || rc == GA_E_RANGE;
 }
 
+/* This version goes out as fp32 only (no delta: every puller gets PULL_FULL) and the published
+ * copy restarts from the parameters. Taken when a delta cannot be sent (delta_unsendable), and
+ * for a reduce job's version 1: its first reduced gradient has nothing to do with version 0 (the
+ * init values, e.g. rank 0's parameters), so a delta from there would be quantised at the
+ * parameters' scale and the gradient lost in it (docs/protocol.md, "Pull"). */
+static ga_status publish_full_only(ga_store *s, const ga_store_tensor *t, ga_published *pub)
+{
+    GA_CHECK(ga_exec_sync(&s->ex)); /* no copy into the blob may still be queued */
+    ga_blob_unref(pub->delta);
+    ga_free(pub->delta_off);
+    ga_free(pub->delta_level);
+    pub->delta = NULL, pub->delta_off = NULL, pub->delta_level = NULL;
+    return ga_device_copy(&s->ex, t->published, t->params, t->n * sizeof(float));
+}
+
 /* The automatic pull threshold of one piece's delta (len elements in x->delta): a strided sample
  * of |delta| (its start moves with the version and the piece), its (1 - rho) quantile t selects
  * and the mean of the sampled |delta| >= t is the level sent (p->select, p->threshold). A sample
@@ -448,6 +463,7 @@ static ga_status pull_threshold(ga_store *s, const apply_scratch *x, size_t len,
  * aligned scratch, decoded from there, then copied into the blob. */
 static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pub, const apply_scratch *x)
 {
+    if (s->cfg.optim == GA_OPTIM_REDUCE && s->version == 1) return publish_full_only(s, t, pub);
     ga_codec_id codec = s->cfg.pull_codec;
     ga_codec_params p = s->cfg.pull_params;
     /* A different top-k sample every version (DGC): version v encodes with pull_params.seed + v.
@@ -465,14 +481,7 @@ static ga_status publish_delta(ga_store *s, ga_store_tensor *t, ga_published *pu
             pub->delta_level[i] = p.threshold;
         }
         ga_status rc = ga_codec_encode(&s->ex, codec, &p, x->delta, residual, len, x->payload, x->payload_cap, &plen);
-        if (delta_unsendable(rc)) {
-            GA_CHECK(ga_exec_sync(&s->ex)); /* no copy into the blob may still be queued */
-            ga_blob_unref(pub->delta);
-            ga_free(pub->delta_off);
-            ga_free(pub->delta_level);
-            pub->delta = NULL, pub->delta_off = NULL, pub->delta_level = NULL;
-            return ga_device_copy(&s->ex, t->published, t->params, t->n * sizeof(float));
-        }
+        if (delta_unsendable(rc)) return publish_full_only(s, t, pub);
         GA_CHECK(rc);
         GA_CHECK(ga_codec_decode_add(&s->ex, codec, &p, x->payload, plen, len, t->published + lo));
         GA_CHECK(ga_device_copy(&s->ex, pub->delta->data + off, x->payload, plen));
