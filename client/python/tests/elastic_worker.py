@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--staleness", type=int, default=0)
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--stop", help="a file whose existence ends the loop (after the step in flight)")
+    ap.add_argument("--pause", help="a file whose existence holds the next step back (the heartbeat goes on)")
     ap.add_argument("--sleep-ms", type=float, default=0.0, help="work per step; random in [0, 2x] with --jitter")
     ap.add_argument("--jitter", type=int, default=-1, help="seed of random sleeps; -1: fixed sleeps")
     ap.add_argument("--log", required=True)
@@ -60,6 +61,8 @@ def main() -> None:
     for _ in range(a.steps):
         if a.stop and os.path.exists(a.stop):
             break
+        while a.pause and os.path.exists(a.pause):
+            time.sleep(0.005)
         if a.sleep_ms:
             time.sleep((rng.uniform(0, 2) if a.jitter >= 0 else 1.0) * a.sleep_ms / 1000)
         base = c.version

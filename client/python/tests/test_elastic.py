@@ -97,26 +97,37 @@ def test_ranks_join_and_leave_at_random_steps(tmp_path: Path, seed: int) -> None
     """Rank 0 trains throughout; three workers join at random steps and leave after random
     counts, two more take the ranks they freed, one of which is killed and lost. Every step's
     contributors are what the workers saw, ranks never collide, and the parameters every worker
-    ends with are the replay's."""
+    ends with are the replay's. Rank 0 is held back while a worker starts (however long that
+    takes on a loaded machine), so the run fits the server's recent_steps whatever the speed."""
     rng = random.Random(seed)
     server = Server(gradagg._lib.server_binary(), tmp_path, "--rank-lost-ms", "1000")
     try:
-        addr, job, stop = server.addr, f"elastic-{seed}", tmp_path / "stop"
+        addr, job, stop, pause = server.addr, f"elastic-{seed}", tmp_path / "stop", tmp_path / "pause"
         common = ["--world", "4", "--min", "1", "--sleep-ms", "15", "--jitter"]
-        first = Worker(tmp_path, "w0", addr, job, *common, str(seed), "--stop", str(stop))
+
+        def start(name: str, *args: str) -> Worker:
+            """A worker started while rank 0 waits, released once the worker has joined."""
+            pause.touch()
+            try:
+                w = Worker(tmp_path, name, addr, job, *common, *args)
+                w.wait_for(lambda w: bool(w.events()))
+            finally:
+                pause.unlink()
+            return w
+
+        first = Worker(tmp_path, "w0", addr, job, *common, str(seed), "--stop", str(stop), "--pause", str(pause))
         k = rng.randint(1, 4)
         first.wait_for(lambda w: w.steps_done() >= k)
         wave = []
         for i in range(3):
-            wave.append(Worker(tmp_path, f"w{i + 1}", addr, job, *common, str(seed * 10 + i), "--steps",
-                               str(rng.randint(3, 9))))
+            wave.append(start(f"w{i + 1}", str(seed * 10 + i), "--steps", str(rng.randint(3, 9))))
             k = first.steps_done() + rng.randint(0, 2)
             first.wait_for(lambda w: w.steps_done() >= k)
         for w in wave:
             w.wait()
         # The ranks wave 1 freed are taken again; one of the new workers dies without a word.
-        killed = Worker(tmp_path, "w4", addr, job, *common, str(seed * 10 + 4))
-        late = Worker(tmp_path, "w5", addr, job, *common, str(seed * 10 + 5), "--steps", str(rng.randint(3, 8)))
+        killed = start("w4", str(seed * 10 + 4))
+        late = start("w5", str(seed * 10 + 5), "--steps", str(rng.randint(3, 8)))
         k = rng.randint(1, 3)
         killed.wait_for(lambda w: w.steps_done() >= k)
         killed.proc.kill()
