@@ -164,7 +164,7 @@ static void promtool_clean(const char *scrape, size_t len)
     pid_t pid;
     int rc = posix_spawnp(&pid, "promtool", &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot run promtool (%s): scripts/bootstrap installs it (Debian package prometheus)", strerror(rc));
+    if (rc != 0) fail_msg("cannot run promtool (%s): scripts/install-promtool installs it", strerror(rc));
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     f = fopen(out, "r");
