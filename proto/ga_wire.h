@@ -29,6 +29,8 @@ extern "C" {
 #define GA_WIRE_AUTH_KEY "authorization"
 #define GA_WIRE_AUTH_SCHEME "Bearer"
 #define GA_WIRE_TOKEN_MAX 4096u
+/* The longest job name, in bytes (a longer one is refused wherever it arrives). */
+#define GA_WIRE_JOB_MAX 255u
 static inline bool ga_wire_token_byte(unsigned char ch) { return ch > 0x20 && ch < 0x7f; }
 /* The token of an authorization value v[0..len): the scheme in any case (RFC 7235), one or more
  * spaces, then 1 to GA_WIRE_TOKEN_MAX token bytes; *tok points into v. False for anything else. */

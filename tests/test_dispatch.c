@@ -105,7 +105,8 @@ static int setup(void **state)
     co.max_memory_bytes = 64u << 20;
     assert_int_equal(ga_core_create(&co, ga_loop_uv(fx.loop), &fx.core), GA_OK);
     assert_int_equal(ga_health_create(&fx.health), GA_OK);
-    assert_int_equal(ga_dispatch_create(fx.loop, fx.core, fx.health, 1u << 20, 64, 64, &fx.dispatch), GA_OK);
+    const ga_stream_limits limits = {64, 64, 64, NULL};
+    assert_int_equal(ga_dispatch_create(fx.loop, fx.core, fx.health, 1u << 20, &limits, &fx.dispatch), GA_OK);
     fx.h = ga_dispatch_handlers(fx.dispatch);
     assert_int_equal(uv_thread_create(&fx.thread, loop_thread, NULL), 0);
     return 0;

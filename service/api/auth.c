@@ -16,7 +16,6 @@
 #include "ga_lane.h"
 
 #define DIGEST 32u           /* SHA-256 */
-#define MAX_JOB_NAME 255u    /* as the core (core.c, bundle.c): a longer name never matches */
 #define MAX_FILE (16u << 20) /* a token file larger than this is a mistake */
 
 typedef struct entry {
@@ -75,8 +74,8 @@ static ga_status parse_line(const char *p, const char *end, const char *src, siz
     if (tlen == 0 || xlen != 0)
         return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: expected 'job token' (two fields), found %s", src, line,
                               tlen == 0 ? "one" : "more than two");
-    if (jlen > MAX_JOB_NAME)
-        return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: job name longer than %u bytes", src, line, MAX_JOB_NAME);
+    if (jlen > GA_WIRE_JOB_MAX)
+        return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: job name longer than %u bytes", src, line, GA_WIRE_JOB_MAX);
     for (size_t i = 0; i < jlen; i++)
         if (!job_byte((unsigned char)job[i]))
             return ga_status_fail(GA_E_CONFIG, why, cap, "%s:%zu: job name holds control byte 0x%02x", src, line,

@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "bundle/bundle.h"
 #include "ga_alloc.h"
+#include "ga_lane.h"
 #include "ga_wire.h"
 #include "stream_caps.h"
 
@@ -150,19 +151,28 @@ static void run_stream_check(void *arg)
 
 /* ---- on completion-queue threads ---- */
 
-/* A stream's slots in the caps: its client host's and its job's (stream_caps.h). */
+/* The scope of the bearer token a call for job carries, into buf: the job a token belongs to
+ * (a lane's stream counts as its job's, auth.h); NULL with tokens off. */
+static const char *token_scope(const ga_dispatch *d, const char *job, char *buf, size_t cap)
+{
+    if (!atomic_load_explicit(&d->auth, memory_order_acquire)) return NULL;
+    snprintf(buf, cap, "%.*s", (int)ga_lane_base_len(job, strlen(job)), job);
+    return buf;
+}
+
+/* A stream's slots in the caps: its client host's, its job's and its token's (stream_caps.h). */
 static ga_status stream_open(ga_dispatch *d, const ga_call *call, const char *job, char *why, size_t cap)
 {
-    char host[64];
+    char host[64], token[GA_WIRE_JOB_MAX + 1];
     ga_call_peer_host(call, host, sizeof host);
-    return ga_stream_caps_open(d->caps, host, job, why, cap);
+    return ga_stream_caps_open(d->caps, host, job, token_scope(d, job, token, sizeof token), why, cap);
 }
 
 static void stream_close(ga_dispatch *d, const ga_call *call, const char *job)
 {
-    char host[64];
+    char host[64], token[GA_WIRE_JOB_MAX + 1];
     ga_call_peer_host(call, host, sizeof host);
-    ga_stream_caps_close(d->caps, host, job);
+    ga_stream_caps_close(d->caps, host, job, token_scope(d, job, token, sizeof token));
 }
 
 /* The job a stream's bundle names (its first chunk's). */
@@ -328,10 +338,10 @@ static void on_cancel(void *ctx, ga_call *call)
 }
 
 ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
-                             uint32_t max_streams_per_client, uint32_t max_streams_per_job, ga_dispatch **out)
+                             const ga_stream_limits *limits, ga_dispatch **out)
 {
     ga_dispatch *d = ga_calloc(1, sizeof *d);
-    if (!d || !(d->caps = ga_stream_caps_create(max_streams_per_client, max_streams_per_job))) {
+    if (!d || !(d->caps = ga_stream_caps_create(limits))) {
         ga_free(d);
         return GA_E_NOMEM;
     }

@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "core/core.h"
 #include "health.h"
+#include "stream_caps.h"
 #include "transport/transport.h"
 
 typedef struct ga_dispatch ga_dispatch;
@@ -20,12 +21,13 @@ typedef struct ga_dispatch ga_dispatch;
  * NULL (tests that only assemble streams): no budget and no first-chunk check.
  *
  * Push and InitTensors streams, as they arrive: the first chunk is refused (GA_E_BUSY) when
- * its client host (the peer address without its port) has max_streams_per_client streams open
- * or its job max_streams_per_job (stream_caps.h); every chunk's bytes are taken from the core's memory budget before it is kept (budget.h;
+ * its client host (the peer address without its port; not a trusted one), its job or, with
+ * tokens on, its token has as many streams open as `limits` allow (stream_caps.h; copied, its
+ * host set borrowed); every chunk's bytes are taken from the core's memory budget before it is kept (budget.h;
  * GA_E_BUSY when the server is full); and the first chunk is checked on the loop against the
  * job and its members (ga_core_stream_check), which ends the stream at once when it fails. */
 ga_status ga_dispatch_create(ga_loop *loop, ga_core *core, ga_health *health, size_t max_stream_bytes,
-                             uint32_t max_streams_per_client, uint32_t max_streams_per_job, ga_dispatch **out);
+                             const ga_stream_limits *limits, ga_dispatch **out);
 /* Every call that names a job (Join, Leave, InitTensors, Push, Pull, Status) must then carry
  * that job's bearer token (auth.h), checked here on the completion-queue thread before anything
  * reaches the loop (streams: at their first chunk; later chunks must name the same job). A

@@ -1,4 +1,4 @@
-/* Stream caps per client host and per job (stream_caps.h): two small tables of counts. */
+/* Stream caps per client host, per job and per token (stream_caps.h): small tables of counts. */
 #include "stream_caps.h"
 
 #include <pthread.h>
@@ -15,8 +15,8 @@ typedef struct counts {
 
 struct ga_stream_caps {
     pthread_mutex_t mu;
-    uint32_t per_host, per_job;
-    counts hosts, jobs;
+    ga_stream_limits lim;
+    counts hosts, jobs, tokens;
 };
 
 static ptrdiff_t find(const counts *t, const char *key)
@@ -72,11 +72,11 @@ static void give(counts *t, const char *key)
     }
 }
 
-ga_stream_caps *ga_stream_caps_create(uint32_t per_host, uint32_t per_job)
+ga_stream_caps *ga_stream_caps_create(const ga_stream_limits *limits)
 {
     ga_stream_caps *c = ga_calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->per_host = per_host, c->per_job = per_job;
+    c->lim = *limits;
     pthread_mutex_init(&c->mu, NULL);
     return c;
 }
@@ -90,40 +90,66 @@ static void counts_free(counts *t)
 void ga_stream_caps_destroy(ga_stream_caps *c)
 {
     if (!c) return;
-    counts_free(&c->hosts), counts_free(&c->jobs);
+    counts_free(&c->hosts), counts_free(&c->jobs), counts_free(&c->tokens);
     pthread_mutex_destroy(&c->mu);
     ga_free(c);
 }
 
-ga_status ga_stream_caps_open(ga_stream_caps *c, const char *host, const char *job, char *why, size_t cap)
+/* The host's key in the per-host table, or NULL for a trusted host (not capped per host). */
+static const char *host_key(const ga_stream_caps *c, const char *host)
+{
+    return ga_host_set_has(c->lim.trusted, host) ? NULL : host;
+}
+
+static void give_all(ga_stream_caps *c, const char *host, const char *job, const char *token)
+{
+    if (host) give(&c->hosts, host);
+    if (job) give(&c->jobs, job);
+    if (token) give(&c->tokens, token);
+}
+
+ga_status ga_stream_caps_open(ga_stream_caps *c, const char *host, const char *job, const char *token, char *why,
+                              size_t cap)
 {
     ga_status st = GA_OK;
+    const char *hk = host_key(c, host);
     pthread_mutex_lock(&c->mu);
-    uint32_t from_host = open_of(&c->hosts, host), of_job = open_of(&c->jobs, job);
-    if (from_host >= c->per_host) {
+    uint32_t from_host = hk ? open_of(&c->hosts, hk) : 0, of_job = open_of(&c->jobs, job),
+             of_token = token ? open_of(&c->tokens, token) : 0;
+    if (hk && from_host >= c->lim.per_host) {
         st = ga_status_fail(GA_E_BUSY, why, cap,
-                            "client %s has %u streams open, the most --max-streams-per-client allows; retry once one "
-                            "ends",
+                            "client %s has %u streams open, the most --max-streams-per-client allows (a relay or a "
+                            "NAT: --trusted-client-hosts); retry once one ends",
                             host, from_host);
-    } else if (of_job >= c->per_job) {
+    } else if (of_job >= c->lim.per_job) {
         st = ga_status_fail(GA_E_BUSY, why, cap,
                             "job '%.200s' has %u streams open, the most --max-streams-per-job allows; retry once one "
                             "ends",
                             job, of_job);
-    } else if (take(&c->hosts, host) != GA_OK) {
-        st = ga_status_fail(GA_E_NOMEM, why, cap, "out of memory counting the streams of %s", host);
+    } else if (token && of_token >= c->lim.per_token) {
+        st = ga_status_fail(GA_E_BUSY, why, cap,
+                            "the token of job '%.200s' has %u streams open (the job and its lanes), the most "
+                            "--max-streams-per-token allows; retry once one ends",
+                            token, of_token);
+    } else if (hk && take(&c->hosts, hk) != GA_OK) {
+        st = GA_E_NOMEM;
     } else if (take(&c->jobs, job) != GA_OK) {
-        give(&c->hosts, host);
-        st = ga_status_fail(GA_E_NOMEM, why, cap, "out of memory counting the streams of job '%.200s'", job);
+        give_all(c, hk, NULL, NULL);
+        st = GA_E_NOMEM;
+    } else if (token && take(&c->tokens, token) != GA_OK) {
+        give_all(c, hk, job, NULL);
+        st = GA_E_NOMEM;
     }
+    if (st == GA_E_NOMEM)
+        ga_status_fail(GA_E_NOMEM, why, cap, "out of memory counting the streams of %s for job '%.200s'", host, job);
     pthread_mutex_unlock(&c->mu);
     return st;
 }
 
-void ga_stream_caps_close(ga_stream_caps *c, const char *host, const char *job)
+void ga_stream_caps_close(ga_stream_caps *c, const char *host, const char *job, const char *token)
 {
+    const char *hk = host_key(c, host);
     pthread_mutex_lock(&c->mu);
-    give(&c->hosts, host);
-    give(&c->jobs, job);
+    give_all(c, hk, job, token);
     pthread_mutex_unlock(&c->mu);
 }

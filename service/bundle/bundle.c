@@ -11,7 +11,6 @@
 #include "ga_alloc.h"
 #include "ga_wire.h"
 
-#define MAX_JOB_NAME 255u
 #define MAX_TENSOR_NAME 1024u
 #define MAX_DIMS 32u
 /* Allocator overhead per block a chunk holds (protobuf-c allocates the message and each string
@@ -103,8 +102,8 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
 {
     size_t k = b ? b->count : 0;
     if (!c->job || !c->job[0]) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name is empty", k);
-    if (strlen(c->job) > MAX_JOB_NAME)
-        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
+    if (strlen(c->job) > GA_WIRE_JOB_MAX)
+        return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: job name longer than %u bytes", k, GA_WIRE_JOB_MAX);
     if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "push chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (c->has_lr && !(isfinite(c->lr) && c->lr >= 0.0f))
         return ga_status_fail(GA_E_OPTIM, why, cap, "push chunk %zu: lr %g (need a finite lr >= 0)", k, (double)c->lr);
@@ -258,8 +257,8 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
     size_t k = b ? b->count : 0;
     char text[128];
     if (!c->job || !c->job[0]) return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: job name is empty", k);
-    if (strlen(c->job) > MAX_JOB_NAME)
-        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: job name longer than %u bytes", k, MAX_JOB_NAME);
+    if (strlen(c->job) > GA_WIRE_JOB_MAX)
+        return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: job name longer than %u bytes", k, GA_WIRE_JOB_MAX);
     if (c->incarnation == 0) return ga_status_fail(GA_E_INVAL, why, cap, "init chunk %zu: incarnation is 0 (must be nonzero)", k);
     if (b) {
         if (strcmp(b->job, c->job) != 0)

@@ -9,10 +9,10 @@
 #include "base/base.h"
 #include "core_internal.h"
 #include "ga_alloc.h"
+#include "ga_lane.h"
 #include "ga_wire.h"
 #include "relay.h"
 
-#define MAX_JOB_NAME 255u
 
 /* ---- create / destroy ---- */
 
@@ -243,6 +243,44 @@ static ga_status job_settings(const ga_core *c, const Gradagg__V1__JobConfig *cf
     return c->opt.relay ? ga_relay_localize(&c->relay_join_place, set, why, GA_WHY_CAP) : GA_OK;
 }
 
+/* Whether jobs a and b fall under one bearer token's scope: the same job but for a lane suffix. */
+static bool same_token_scope(const char *a, const char *b)
+{
+    size_t la = ga_lane_base_len(a, strlen(a)), lb = ga_lane_base_len(b, strlen(b));
+    return la == lb && memcmp(a, b, la) == 0;
+}
+
+/* The caps on jobs that never got a push (core.h): per client host, unless trusted, and per
+ * token with tokens on. GA_E_LIMIT naming the cap when creating `job` would pass one. */
+static ga_status unused_jobs_allowed(const ga_core *c, const char *host, const char *job, char *why)
+{
+    bool per_host = !ga_host_set_has(c->opt.trusted_hosts, host);
+    uint32_t of_host = 0, of_token = 0;
+    for (size_t i = 0; i < c->njobs; i++) {
+        const ga_job *j = c->jobs[i];
+        if (j->any_commit) continue;
+        of_host += per_host && strcmp(j->creator, host) == 0;
+        of_token += c->opt.tokens && same_token_scope(j->name, job);
+    }
+    if (per_host && of_host >= c->opt.max_unused_jobs_per_client) {
+        snprintf(why, GA_WHY_CAP,
+                 "client %s created %u jobs that never got a push, the most --max-unused-jobs-per-client allows (a "
+                 "relay or a NAT: --trusted-client-hosts); job '%s' not created (an unused job goes %u s after its "
+                 "last rank)",
+                 host, of_host, job, c->opt.unused_job_expiry_s);
+        return GA_E_LIMIT;
+    }
+    if (c->opt.tokens && of_token >= c->opt.max_unused_jobs_per_token) {
+        snprintf(why, GA_WHY_CAP,
+                 "the token of job '%.*s' has %u jobs that never got a push (the job and its lanes), the most "
+                 "--max-unused-jobs-per-token allows; job '%s' not created (an unused job goes %u s after its last "
+                 "rank)",
+                 (int)ga_lane_base_len(job, strlen(job)), job, of_token, job, c->opt.unused_job_expiry_s);
+        return GA_E_LIMIT;
+    }
+    return GA_OK;
+}
+
 static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req, ga_job **out, char *why)
 {
     ga_job_settings set;
@@ -254,16 +292,7 @@ static ga_status create_job(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest 
     }
     char host[sizeof((ga_job *)0)->creator];
     ga_call_peer_host(call, host, sizeof host);
-    uint32_t unused = 0;
-    for (size_t i = 0; i < c->njobs; i++)
-        if (!c->jobs[i]->any_commit && strcmp(c->jobs[i]->creator, host) == 0) unused++;
-    if (unused >= c->opt.max_unused_jobs_per_client) {
-        snprintf(why, GA_WHY_CAP,
-                 "client %s created %u jobs that never got a push, the most --max-unused-jobs-per-client allows; job "
-                 "'%s' not created (an unused job goes %u s after its last rank)",
-                 host, unused, req->job, c->opt.unused_job_expiry_s);
-        return GA_E_LIMIT;
-    }
+    GA_CHECK(unused_jobs_allowed(c, host, req->job, why));
     GA_CHECK(ga_core_job_create(c, req->job, req->config, out, why));
     snprintf((*out)->creator, sizeof (*out)->creator, "%s", host);
     if (c->opt.relay) {
@@ -473,9 +502,9 @@ void ga_core_join(ga_core *c, ga_call *call, Gradagg__V1__JoinRequest *req)
     if (!req->job || !req->job[0]) {
         st = GA_E_INVAL;
         snprintf(why, sizeof why, "job name is empty");
-    } else if (strlen(req->job) > MAX_JOB_NAME) {
+    } else if (strlen(req->job) > GA_WIRE_JOB_MAX) {
         st = GA_E_INVAL;
-        snprintf(why, sizeof why, "job name longer than %u bytes", MAX_JOB_NAME);
+        snprintf(why, sizeof why, "job name longer than %u bytes", GA_WIRE_JOB_MAX);
     } else if (req->incarnation == 0) {
         st = GA_E_INVAL;
         snprintf(why, sizeof why, "incarnation is 0 (must be nonzero; a restarted worker uses a new one)");

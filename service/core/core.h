@@ -65,7 +65,8 @@ typedef struct ga_core_options {
     bool keep_finished;
     /* A job that never got a push and has no live rank is removed this many seconds after its
      * last rank went (core_life.c); one client host may have created at most this many such jobs
-     * (a Join creating one more: GA_E_LIMIT). So job slots cannot be taken for good. */
+     * (a Join creating one more: GA_E_LIMIT), a host in trusted_hosts any number. So job slots
+     * cannot be taken for good. */
     uint32_t unused_job_expiry_s;
     uint32_t max_unused_jobs_per_client;
     uint32_t journal_copies; /* files each journal segment is written to: 1, or 2 (journal.h) */
@@ -75,10 +76,16 @@ typedef struct ga_core_options {
     /* A node relay (relay.h, docs/relay.md): every job is the node's part of an upstream job.
      * Borrowed: must outlive the core. NULL: a server. Needs data_dir NULL. */
     const struct ga_relay_options *relay;
+    /* With bearer tokens on (tokens): the unused jobs one token's Joins may have created, a
+     * token's scope being its job and the job's lanes (ga_lane.h). */
+    bool tokens;
+    uint32_t max_unused_jobs_per_token;
+    /* Client hosts the per-host cap above does not apply to (a relay, a NAT). Borrowed; NULL: none. */
+    const ga_host_set *trusted_hosts;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
-     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0, NULL}
+     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0, NULL, false, 16, NULL}
 
 /* Jobs refused at the restore for a damaged journal (core_persist.c). */
 uint64_t ga_core_damaged_journals(const ga_core *c);

@@ -74,8 +74,11 @@ static const row rows[GA_CFG_KEYS] = {
                                               "address without the port)"),
     [GA_CFG_MAX_STREAMS_PER_JOB] = ROW_U32("max-streams-per-job", "GRADAGG_MAX_STREAMS_PER_JOB", max_streams_per_job,
                                            "1024", 1, 1u << 20,
-                                           "Push and InitTensors streams open at once for one job, from every host "
-                                           "(with --auth-tokens: per token)"),
+                                           "Push and InitTensors streams open at once for one job, from every host"),
+    [GA_CFG_MAX_STREAMS_PER_TOKEN] = ROW_U32("max-streams-per-token", "GRADAGG_MAX_STREAMS_PER_TOKEN",
+                                             max_streams_per_token, "1024", 1, 1u << 20,
+                                             "with --auth-tokens: Push and InitTensors streams open at once under one "
+                                             "job's token (the job and its lanes together), from every host"),
     [GA_CFG_MAX_MEMORY_MB] = ROW_U64("max-memory-mb", "GRADAGG_MAX_MEMORY_MB", max_memory_mb, "16384", 16, 1ull << 24,
                                      "memory for parameters, state and buffered payloads, all jobs, MiB"),
     [GA_CFG_GRPC_MEMORY_MB] = ROW_U32("grpc-memory-mb", "GRADAGG_GRPC_MEMORY_MB", grpc_memory_mb, "1024", 0, 1u << 24,
@@ -113,6 +116,15 @@ static const row rows[GA_CFG_KEYS] = {
                                                   max_unused_jobs_per_client, "16", 1, 1000000,
                                                   "jobs that never got a push one client host (its address without "
                                                   "the port) may have created; its Join creating one more is refused"),
+    [GA_CFG_MAX_UNUSED_JOBS_PER_TOKEN] = ROW_U32("max-unused-jobs-per-token", "GRADAGG_MAX_UNUSED_JOBS_PER_TOKEN",
+                                                 max_unused_jobs_per_token, "16", 1, 16,
+                                                 "with --auth-tokens: jobs that never got a push that Joins under one "
+                                                 "job's token (the job and its lanes) may have created"),
+    [GA_CFG_TRUSTED_CLIENT_HOSTS] = ROW_OPT_TEXT("trusted-client-hosts", "GRADAGG_TRUSTED_CLIENT_HOSTS",
+                                                 trusted_client_hosts, "",
+                                                 "client hosts the per-host caps (--max-streams-per-client, "
+                                                 "--max-unused-jobs-per-client) do not apply to: IP addresses and "
+                                                 "CIDR blocks, comma-separated (a relay, a NAT)"),
     [GA_CFG_FINISHED_JOBS] = ROW_ENUM("finished-jobs", "GRADAGG_FINISHED_JOBS", finished_jobs, "delete",
                                       finished_choices,
                                       "a removed finished job's directory: delete, or keep (moved aside as "

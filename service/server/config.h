@@ -29,6 +29,7 @@ typedef enum ga_config_key {
     GA_CFG_MAX_STREAM_MB,
     GA_CFG_MAX_STREAMS_PER_CLIENT,
     GA_CFG_MAX_STREAMS_PER_JOB,
+    GA_CFG_MAX_STREAMS_PER_TOKEN,
     GA_CFG_MAX_MEMORY_MB,
     GA_CFG_GRPC_MEMORY_MB,
     GA_CFG_MAX_JOBS,
@@ -43,6 +44,8 @@ typedef enum ga_config_key {
     GA_CFG_FINISHED_JOBS,
     GA_CFG_UNUSED_JOB_EXPIRY_S,
     GA_CFG_MAX_UNUSED_JOBS_PER_CLIENT,
+    GA_CFG_MAX_UNUSED_JOBS_PER_TOKEN,
+    GA_CFG_TRUSTED_CLIENT_HOSTS,
     GA_CFG_DATA_DIR,
     GA_CFG_DRAIN_DELAY_MS,
     GA_CFG_SHUTDOWN_GRACE_MS,
@@ -89,7 +92,8 @@ typedef struct ga_config {
     uint32_t max_message_mb;           /* per gRPC message, both directions */
     uint32_t max_stream_mb;            /* payload of one Push or InitTensors stream */
     uint32_t max_streams_per_client;   /* Push and InitTensors streams open at once from one host */
-    uint32_t max_streams_per_job;      /* ... and of one job (with tokens: per token) */
+    uint32_t max_streams_per_job;      /* ... and of one job */
+    uint32_t max_streams_per_token;    /* ... and under one bearer token (its job and lanes) */
     uint64_t max_memory_mb;            /* parameters, state and buffered payloads, all jobs */
     uint32_t grpc_memory_mb;           /* gRPC's own memory (resource quota); 0 = no quota */
     uint32_t max_jobs;
@@ -103,6 +107,8 @@ typedef struct ga_config {
     uint32_t finished_retention_s;     /* a finished job is removed this long after it finished */
     uint32_t unused_job_expiry_s;      /* a job never pushed to, with no live rank, is removed this long after */
     uint32_t max_unused_jobs_per_client; /* jobs never pushed to that one client host may have created */
+    uint32_t max_unused_jobs_per_token;  /* ... and Joins under one bearer token */
+    char trusted_client_hosts[GA_CONFIG_PATH_MAX]; /* addresses / CIDR blocks not capped per host; "" = none */
     ga_finished_jobs finished_jobs;    /* what becomes of a finished job's directory */
     char data_dir[GA_CONFIG_PATH_MAX]; /* checkpoints; created if missing */
     uint32_t drain_delay_ms;           /* NOT_SERVING is visible this long before the drain */

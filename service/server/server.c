@@ -32,6 +32,7 @@ struct ga_server {
     ga_config cfg;
     ga_relay_options relay; /* with cfg.relay_to: what the core and the dispatch relay (relay.h) */
     ga_security sec; /* read before the loop starts; the PEMs dropped once the transport has them */
+    ga_host_set *trusted; /* --trusted-client-hosts (NULL: none), borrowed by the core and the dispatch */
     ga_loop *loop;
     uv_thread_t thread;
     bool joined;
@@ -368,6 +369,9 @@ static ga_status relay_options(const ga_config *cfg, ga_relay_options *r, char *
 ga_status ga_server_check_config(const ga_config *cfg, char *why, size_t cap)
 {
     ga_relay_options r;
+    ga_host_set *trusted;
+    GA_CHECK(ga_host_set_parse(cfg->trusted_client_hosts, &trusted, why, cap));
+    ga_host_set_destroy(trusted);
     return cfg->relay_to[0] ? relay_options(cfg, &r, why, cap) : GA_OK;
 }
 
@@ -393,6 +397,9 @@ static void setup(void *arg)
     co.keep_finished = c->finished_jobs == GA_FINISHED_KEEP;
     co.unused_job_expiry_s = c->unused_job_expiry_s;
     co.max_unused_jobs_per_client = c->max_unused_jobs_per_client;
+    co.tokens = s->sec.auth != NULL;
+    co.max_unused_jobs_per_token = c->max_unused_jobs_per_token;
+    co.trusted_hosts = s->trusted;
     co.max_elements = c->max_elements;
     co.data_dir = c->data_dir;
     co.checkpoint_steps = c->checkpoint_steps;
@@ -414,9 +421,9 @@ static void setup(void *arg)
         goto fail;
     }
     GA_CHECK_GOTO(ga_health_create(&s->health), st, fail);
-    GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20,
-                                     c->max_streams_per_client, c->max_streams_per_job, &s->dispatch), st,
-                  fail);
+    ga_stream_limits lim = {c->max_streams_per_client, c->max_streams_per_job, c->max_streams_per_token, s->trusted};
+    GA_CHECK_GOTO(ga_dispatch_create(s->loop, s->core, s->health, (size_t)c->max_stream_mb << 20, &lim,
+                                     &s->dispatch), st, fail);
     ga_dispatch_set_auth(s->dispatch, s->sec.auth);
     if (c->relay_to[0]) ga_dispatch_set_relay(s->dispatch);
     GA_CHECK_GOTO(open_handles(s), st, fail);
@@ -484,12 +491,22 @@ ga_status ga_server_start(const ga_config *cfg, ga_server **out)
         ga_free(s);
         return st;
     }
-    st = ga_security_load(cfg, &s->sec, why, sizeof why);
+    st = ga_host_set_parse(cfg->trusted_client_hosts, &s->trusted, why, sizeof why);
     if (st != GA_OK) {
         ga_log(GA_LOG_ERROR, "%s", why);
         ga_free(s);
         return st;
     }
+    st = ga_security_load(cfg, &s->sec, why, sizeof why);
+    if (st != GA_OK) {
+        ga_log(GA_LOG_ERROR, "%s", why);
+        ga_host_set_destroy(s->trusted);
+        ga_free(s);
+        return st;
+    }
+    if (s->trusted)
+        ga_log(GA_LOG_INFO, "caps: %zu trusted client hosts (addresses or blocks) are not capped per host",
+               ga_host_set_size(s->trusted));
     if (s->sec.cert_pem)
         ga_log(GA_LOG_INFO, "security: TLS%s on %s", s->sec.client_ca_pem ? " with client certificates (mutual)" : "",
                cfg->listen);
@@ -529,6 +546,7 @@ fail_mutex:
     uv_mutex_destroy(&s->mu);
 fail_free:
     ga_security_free(&s->sec);
+    ga_host_set_destroy(s->trusted);
     ga_free(s);
     return st != GA_OK ? st : GA_E_NOMEM;
 }
@@ -569,5 +587,6 @@ void ga_server_destroy(ga_server *s)
     ga_security_free(&s->sec); /* after the transport and dispatch that borrowed auth */
     for (size_t i = 0; i < s->nretired; i++) ga_auth_destroy(s->retired[i]);
     ga_free(s->retired);
+    ga_host_set_destroy(s->trusted); /* after the core and dispatch that borrowed it */
     ga_free(s);
 }

@@ -58,8 +58,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(ga_health_create(&health) == GA_OK, "health");
     ga_health_set_all(health, GA_SERVING);
     /* Stream messages never reach the loop or the core: they are only stored here. */
-    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, 64, 64, &open_dispatch) == GA_OK, "dispatch");
-    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, 64, 64, &token_dispatch) == GA_OK, "dispatch");
+    const ga_stream_limits limits = {64, 64, 64, NULL};
+    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, &limits, &open_dispatch) == GA_OK, "dispatch");
+    FUZZ_CHECK(ga_dispatch_create(NULL, NULL, health, FUZZ_STREAM_BYTES, &limits, &token_dispatch) == GA_OK, "dispatch");
     ga_dispatch_set_auth(token_dispatch, auth);
     ga_log_set_level(GA_LOG_ERROR); /* refusals are the point here, not news */
     mem_baseline = ga_mem_in_use(GA_MEM_HOST);

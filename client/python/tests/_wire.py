@@ -112,15 +112,22 @@ def channel(addr: str, max_mb: int = 128) -> grpc.Channel:
                                                 ("grpc.max_receive_message_length", max_mb << 20)])
 
 
-def unary(ch: grpc.Channel, method: str, request: bytes, timeout: float = 30) -> bytes:
-    return ch.unary_unary(SERVICE + method)(request, timeout=timeout)
+def bearer(token: str) -> List[Tuple[str, str]]:
+    """The metadata of a call carrying a job's bearer token (--auth-tokens)."""
+    return [("authorization", f"Bearer {token}")]
+
+
+def unary(ch: grpc.Channel, method: str, request: bytes, timeout: float = 30,
+          metadata: Optional[List[Tuple[str, str]]] = None) -> bytes:
+    return ch.unary_unary(SERVICE + method)(request, timeout=timeout, metadata=metadata)
 
 
 class HeldStream:
     """A client stream (Push or InitTensors) that sends `chunks` and then stays open, neither
     ending nor cancelling, until release(): what a slow or hostile client does."""
 
-    def __init__(self, ch: grpc.Channel, method: str, chunks: List[bytes], timeout: float = 120) -> None:
+    def __init__(self, ch: grpc.Channel, method: str, chunks: List[bytes], timeout: float = 120,
+                 metadata: Optional[List[Tuple[str, str]]] = None) -> None:
         self._release = threading.Event()
         self.sent = 0
 
@@ -130,7 +137,7 @@ class HeldStream:
                 self.sent += 1
             self._release.wait()
 
-        self.future = ch.stream_unary(SERVICE + method).future(requests(), timeout=timeout)
+        self.future = ch.stream_unary(SERVICE + method).future(requests(), timeout=timeout, metadata=metadata)
 
     def release(self) -> None:
         self._release.set()
