@@ -40,4 +40,13 @@ static inline uint32_t ga_parallel_tiles(const ga_exec *ex, size_t n, double byt
 #define GA_X86 0
 #endif
 
+/* A kernel compiled for AVX-512, AVX2 and plain x86-64, the loader picking one for the CPU. A
+ * ThreadSanitizer build (GA_NO_TARGET_CLONES) keeps the default clone only: TSan instruments the
+ * clones' ifunc resolvers, which the loader runs before the TSan runtime starts. */
+#if GA_X86 && !defined(GA_NO_TARGET_CLONES)
+#define GA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GA_CLONES
+#endif
+
 #endif

@@ -9,13 +9,6 @@
 #if GA_X86
 #include <immintrin.h>
 #endif
-/* A ThreadSanitizer build (GA_NO_TARGET_CLONES) keeps the default clone only: TSan instruments
- * the clones' ifunc resolvers, which the loader runs before the TSan runtime starts. */
-#if GA_X86 && !defined(GA_NO_TARGET_CLONES)
-#define GA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GA_CLONES
-#endif
 
 #define GA_ALWAYS_INLINE inline __attribute__((always_inline))
 

@@ -7,14 +7,6 @@
 #include "ga_parallel.h"
 #include "optim_internal.h"
 
-/* A ThreadSanitizer build (GA_NO_TARGET_CLONES) keeps the default clone only: TSan instruments
- * the clones' ifunc resolvers, which the loader runs before the TSan runtime starts. */
-#if GA_X86 && !defined(GA_NO_TARGET_CLONES)
-#define GA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GA_CLONES
-#endif
-
 /* Elements of the output a sum block covers: 4 KB, well inside L1 next to the input stream. */
 #define SUM_BLOCK 1024
 
