@@ -1,10 +1,10 @@
-/* The admin HTTP/1.1 server on the loop thread (DESIGN.md §3, §6): GET and HEAD of /metrics
- * (Prometheus text 0.0.4), /healthz (200 "ok" while the loop runs) and /readyz (200 "ready", or
- * 503 with the reason). Requests are parsed by Debian's libhttp-parser. Keep-alive and
- * pipelining are supported; connections are bounded (all, and per client address), each must
- * complete its next request within a deadline, and a new connection past a bound takes the slot
- * of the one that has waited longest for its request: slow or silent clients never hold the
- * loop, and never keep a probe out.
+/* The admin HTTP/1.1 server on the loop thread (docs/design.md, "Threads", "Operations"): GET
+ * and HEAD of /metrics (Prometheus text 0.0.4), /healthz (200 "ok" while the loop runs) and
+ * /readyz (200 "ready", or 503 with the reason). Requests are parsed by Debian's libhttp-parser.
+ * Keep-alive and pipelining are supported; connections are bounded (all, and per client
+ * address), each must complete its next request within a deadline, and a new connection past a
+ * bound takes the slot of the one that has waited longest for its request: slow or silent
+ * clients never hold the loop, and never keep a probe out.
  * Answers: 404 unknown path, 405 other methods, 400 a malformed request, 414 / 431 an oversize
  * URL / header block, 413 an oversize body (those four close the connection).
  *

@@ -1,6 +1,6 @@
 /* grpc.health.v1 Check and Watch: the serving status of each known service name ("" for the
  * whole server, "gradagg.v1.Aggregator"), and the open Watch calls that follow it.
- * Loop thread only, like all call-owning state (DESIGN.md §3). */
+ * Loop thread only, like all call-owning state (docs/design.md, "Threads"). */
 #ifndef GA_HEALTH_H
 #define GA_HEALTH_H
 

@@ -2,7 +2,7 @@
  * function here runs on the loop thread, so no lock guards this state. Heavy math (decode_add,
  * optimizer, delta encoding) runs through the store on libuv's thread pool, one task per job at a
  * time, and returns to the loop. Every call handed to the core is finished by it exactly once
- * (rpc.h). Semantics: DESIGN.md §4 and docs/protocol.md.
+ * (rpc.h). Semantics: docs/design.md, "Jobs, steps and versions", and docs/protocol.md.
  *
  * core/ is one module in several files: the request handlers and their helpers share
  * core_internal.h and job.h and call each other freely (core.c: join, leave, status, cancel,
