@@ -1,4 +1,4 @@
-/* Deep Gradient Compression on the worker (REFERENCE.md): gradient clipping, momentum
+/* Deep Gradient Compression on the worker (docs/sdk.md): gradient clipping, momentum
  * correction, momentum factor masking and the warm-up schedule of the keep ratio. The
  * accumulation v is the codec's residual: an encode adds the corrected gradient into v, sends
  * the top of v and leaves v - decoded(v) (0 at the sent indices with fp32 values, as DGC's

@@ -145,7 +145,7 @@ typedef struct ga_client_options {
      GA_RETRIES_UNBOUNDED, 50, 2000, 0, NULL, NULL, NULL, NULL, NULL, (uint64_t)1 << 20, 1, 0.0f,         \
      GA_RETRY_BUDGET_MS, false, 0, 0}
 
-/* Deep Gradient Compression on top of a topk (or any) codec, per tensor (REFERENCE.md). With a
+/* Deep Gradient Compression on top of a topk (or any) codec, per tensor (docs/sdk.md). With a
  * codec without a residual (none, fp16, bf16: every element is sent each step) it is momentum on
  * the worker: u is sent whole, factor masking does not apply, and a server SGD with momentum 0
  * then gives exactly what SGD with momentum m gives (DGC keeps such tensors dense). */

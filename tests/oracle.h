@@ -1,5 +1,5 @@
 /* Slow scalar oracle for the CPU codecs none, fp16, bf16, 2bit, 1bit, 1bit_scaled, int8 and int4,
- * written from the wire-format spec (ga_codec.h, /work/shared/REFERENCE.md) without the library's own
+ * written from the wire-format spec (ga_codec.h, docs/wire-format.md) without the library's own
  * math helpers: byte-by-byte packing, fp16/bf16 rounding computed in double precision. Tests
  * compare the library against it with memcmp. Not for top-k. */
 #ifndef GA_TEST_ORACLE_H

@@ -1,6 +1,6 @@
 /* The SDK's pure logic: chunk planning (alignment, coverage, payload size), the DGC warm-up
  * schedule, gradient clipping, and momentum correction with factor masking over several steps
- * against a scalar reference of REFERENCE.md's DGC, bit for bit. */
+ * against a scalar model of docs/sdk.md's DGC rules, bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -89,7 +89,8 @@ static void chunks_fit_payload(void **state)
 static void warmup_schedule(void **state)
 {
     (void)state;
-    /* The DGC code's values for ratio 0.001 over 5 warm-up epochs (REFERENCE.md). */
+    /* The keep ratios for ratio 0.001 over 5 warm-up epochs (docs/sdk.md, "Deep Gradient
+     * Compression on the worker"). */
     const double want[] = {0.316227766, 0.1, 0.0316227766, 0.01, 0.00316227766, 0.001, 0.001, 0.001};
     for (uint32_t e = 0; e < COUNT(want); e++) {
         float r = ga_dgc_ratio(0.001f, 5, e);
@@ -141,7 +142,7 @@ static float rnd(void)
     return (float)((double)(rng_state >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
 }
 
-/* DGC as REFERENCE.md states it, per element, with an exact top-k (largest |v|, ties to the lower
+/* DGC as docs/sdk.md states it, per element, with an exact top-k (largest |v|, ties to the lower
  * index, zeros never sent); sent[i] gets the value sent at i (0 elsewhere). */
 static void reference_step(const ga_dgc_options *o, float ratio, float *u, float *v, const float *g, size_t n,
                            float *sent)

@@ -165,7 +165,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         (AdamW with decoupled=True): server-side. Param-group dicts may set lr, weight_decay and
         momentum/nesterov (SGD) or betas/eps (Adam) per group; each group's buckets are jobs of
         their own with its hyper-parameters. With dgc the momentum runs on the worker instead (DGC
-        momentum correction, REFERENCE.md) and the server runs SGD with momentum 0; dgc=True means
+        momentum correction, docs/sdk.md) and the server runs SGD with momentum 0; dgc=True means
         DGC(momentum=momentum, nesterov=nesterov, warmup_epochs=4).
     codec, threshold ("auto" for the automatic 2bit threshold, auto_bits its budget; a 2bit
     tensor without a threshold gets "auto"), ratio (topk without a ratio and without dgc:
