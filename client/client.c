@@ -1,6 +1,7 @@
-/* The client's life: options, Join with retries, tensors and their placement over the shards,
- * the step sequence, errors and stats, Leave. The work of a step lives in push.c (encode, push,
- * fold-back) and pull.c; shard.c runs it on every shard at once. */
+/* The client's life: options, create (Join on every shard: join.c), tensors and their placement
+ * over the shards, init, the step sequence, errors and stats, destroy (Leave). The work of a step
+ * lives in push.c (encode, push, fold-back) and pull.c; shard.c runs it on every shard at once;
+ * the helpers every file shares are in common.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "client_internal.h"
 
@@ -25,137 +26,6 @@
 #define GA_CLIENT_MIN_CHUNK ((size_t)GA_CHUNK_ALIGN * sizeof(float))
 /* Largest chunk: well below any sane gRPC message limit. */
 #define GA_CLIENT_MAX_CHUNK ((size_t)64 << 20)
-
-/* ---- errors, retries, time ---- */
-
-ga_status ga_client_fail(ga_client *c, ga_status st, const char *fmt, ...)
-{
-    if (st == GA_OK) {
-        c->err[0] = '\0';
-        return st;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-/* "GA_E_STEP_CLOSED" -> "E_STEP_CLOSED": the name the server sends and the logs show. */
-static const char *short_name(ga_status st)
-{
-    const char *name = ga_status_name(st);
-    return strncmp(name, "GA_", 3) == 0 ? name + 3 : name;
-}
-
-ga_status ga_shard_fail_call(ga_shard *sh, ga_status st, const char *why, const char *what, ...)
-{
-    char head[256];
-    va_list ap;
-    va_start(ap, what);
-    vsnprintf(head, sizeof head, what, ap);
-    va_end(ap);
-    snprintf(sh->err, sizeof sh->err, "%s: %s: %s", head, short_name(st), why && why[0] ? why : ga_strerror(st));
-    return st;
-}
-
-double ga_client_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(uint32_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
-
-/* The shard came back without this worker's membership (restored from a checkpoint older than
- * the join) or without the job (its data was lost): join again as the same incarnation, and
- * re-create the shard's pieces from the parameters this worker holds when the job came back
- * empty. Only this shard: the others never lost anything. */
-static ga_status rejoin(ga_client *c, ga_shard *sh, char *why, size_t cap)
-{
-    Gradagg__V1__JoinResponse *resp = NULL;
-    ga_status st = join_attempt(c, sh, &resp, why, cap);
-    if (st != GA_OK) return st;
-    bool empty = resp->n_tensors == 0;
-    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
-    sh->rejoins++;
-    if (!empty || !c->inited || !sh->used) return GA_OK;
-    /* Its message would name the init; the caller's names what was interrupted. */
-    st = ga_shard_send_init(c, sh);
-    if (st != GA_OK && cap > 0) { /* sh->err may be longer than why: cut */
-        size_t n = strnlen(sh->err, cap - 1);
-        memcpy(why, sh->err, n);
-        why[n] = '\0';
-    }
-    return st;
-}
-
-bool ga_shard_retryable(ga_status st)
-{
-    /* A draining server answers E_DRAINING (gRPC UNAVAILABLE), and one that stops cancels the
-     * calls still open (CANCELLED: the SDK never cancels a call of its own that it retries):
-     * its replacement will take the call, as it would after a lost connection. A server whose
-     * memory is full for now (E_BUSY) takes the call once other calls have ended. Every call
-     * retried is idempotent (a push counted twice is answered duplicate). */
-    return st == GA_E_UNAVAILABLE || st == GA_E_DRAINING || st == GA_E_CANCELLED || st == GA_E_BUSY;
-}
-
-bool ga_client_may_retry(const ga_client *c, uint32_t tries, double first_failure)
-{
-    if (tries >= c->opt.max_retries) return false;
-    return c->opt.retry_budget_ms == 0 || ga_client_now() - first_failure < 1e-3 * c->opt.retry_budget_ms;
-}
-
-ga_status ga_shard_retry(ga_client *c, ga_shard *sh, ga_attempt_fn attempt, void *arg, char *why, size_t cap)
-{
-    uint32_t delay = c->opt.backoff_ms;
-    double first_failure = 0.0;
-    for (uint32_t tries = 0;; tries++) {
-        why[0] = '\0';
-        ga_status st = attempt(c, sh, arg, why, cap);
-        if (st != GA_OK && tries == 0) first_failure = ga_client_now();
-        bool may = ga_client_may_retry(c, tries, first_failure);
-        if ((st == GA_E_NOT_MEMBER || st == GA_E_UNKNOWN_JOB) && c->joined && may) {
-            st = rejoin(c, sh, why, cap);
-            if (st == GA_OK) continue;
-        }
-        if (!ga_shard_retryable(st) || !may) return st;
-        sh->retries++;
-        sleep_ms(delay);
-        delay = delay > c->opt.backoff_max_ms / 2 ? c->opt.backoff_max_ms : delay * 2;
-    }
-}
-
-void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap)
-{
-    Gradagg__V1__StatusRequest req = GRADAGG__V1__STATUS_REQUEST__INIT;
-    req.job = sh->job;
-    ProtobufCMessage *msg = NULL;
-    char err[64];
-    if (ga_call_unary(sh->ch, GA_METHOD_STATUS, &req.base, c->opt.call_timeout_ms, &msg, err, sizeof err) != GA_OK)
-        return;
-    const Gradagg__V1__StatusResponse *r = (const Gradagg__V1__StatusResponse *)msg;
-    size_t n = strlen(why);
-    int w = snprintf(why + n, cap > n ? cap - n : 0, "; step %llu has no push from rank%s",
-                     (unsigned long long)r->open_step, r->n_members - r->committed == 1 ? "" : "s");
-    bool first = true;
-    for (size_t i = 0; i < r->n_members && w > 0; i++) {
-        const Gradagg__V1__MemberStatus *m = r->members[i];
-        if (m->has_pushed && m->last_step == r->open_step) continue;
-        n = strlen(why);
-        w = snprintf(why + n, cap > n ? cap - n : 0, "%s %u%s", first ? "" : ",", m->rank, m->joined ? "" : " (not joined)");
-        first = false;
-    }
-    protobuf_c_message_free_unpacked(msg, &ga_wire_allocator);
-}
 
 static ga_status clear_error(ga_client *c);
 
@@ -191,66 +61,10 @@ ga_status ga_client_committed_step(ga_client *c, bool *any, uint64_t *step)
     return clear_error(c);
 }
 
-ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, bool *acked_durable, char *why,
-                             size_t cap)
-{
-    Gradagg__V1__JoinResponse *resp = NULL;
-    ga_status st = join_attempt(c, sh, &resp, why, cap);
-    if (st != GA_OK) return st;
-    *open_step = resp->open_step;
-    *acked_durable = resp->acked_durable;
-    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
-    return GA_OK;
-}
-
 static ga_status clear_error(ga_client *c)
 {
     c->err[0] = '\0';
     return GA_OK;
-}
-
-/* ---- codec parameters ---- */
-
-static bool zero_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u == 0;
-}
-
-/* All bytes zero, field by field: a memcmp of the struct would read its padding, which a
- * caller's copy leaves undefined (ga_codec_params has 2 bytes of it after topk_indices). */
-static bool params_all_zero(const ga_codec_params *p)
-{
-    return zero_bits(p->threshold) && zero_bits(p->ratio) && zero_bits(p->sample_fraction) &&
-           p->adapt_rounds == 0 && p->seed == 0 && p->topk_values == 0 && p->topk_indices == 0 && zero_bits(p->select);
-}
-
-ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p)
-{
-    static const ga_codec_params zero;
-    ga_codec_params in = p && !params_all_zero(p) ? *p : ga_codec_params_default(codec);
-    ga_codec_params out = zero;
-    switch (codec) {
-    case GA_CODEC_2BIT:
-        out.threshold = in.threshold;
-        out.select = in.select;
-        break;
-    case GA_CODEC_1BIT:
-        out.threshold = in.threshold;
-        break;
-    case GA_CODEC_TOPK:
-        out.ratio = in.ratio;
-        out.sample_fraction = in.sample_fraction;
-        out.adapt_rounds = in.adapt_rounds;
-        out.seed = in.seed;
-        out.topk_values = in.topk_values;
-        out.topk_indices = in.topk_indices;
-        break;
-    default:
-        break;
-    }
-    return out;
 }
 
 /* ---- create ---- */
@@ -358,99 +172,6 @@ static ga_status check_options(const ga_client_options *o, char *msg, size_t cap
 #undef BAD
 }
 
-static ga_status join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap)
-{
-    Gradagg__V1__JoinResponse **out = arg;
-    const ga_client_options *o = &c->opt;
-    Gradagg__V1__Optimizer optim = GRADAGG__V1__OPTIMIZER__INIT;
-    /* Only the chosen optimizer's fields: every rank then sends the same config whatever it left
-     * in the others. */
-    if (o->optimizer == GA_SERVER_OPTIM_SGD) {
-        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_SGD;
-        optim.lr = o->sgd.lr;
-        optim.momentum = o->sgd.momentum;
-        optim.weight_decay = o->sgd.weight_decay;
-        optim.nesterov = o->sgd.nesterov;
-    } else if (o->optimizer == GA_SERVER_OPTIM_ADAM) {
-        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_ADAM;
-        optim.lr = o->adam.lr;
-        optim.beta1 = o->adam.beta1;
-        optim.beta2 = o->adam.beta2;
-        optim.eps = o->adam.eps;
-        optim.weight_decay = o->adam.weight_decay;
-        optim.decoupled = o->adam.decoupled;
-    } else if (o->optimizer == GA_SERVER_OPTIM_REDUCE) {
-        optim.kind = GRADAGG__V1__OPTIMIZER_KIND__OPTIMIZER_REDUCE;
-    }
-    Gradagg__V1__Straggler strag = GRADAGG__V1__STRAGGLER__INIT;
-    strag.deadline_ms = o->deadline_ms;
-    strag.quorum = o->quorum;
-    Gradagg__V1__Codec pull = GRADAGG__V1__CODEC__INIT;
-    ga_codec_params pp = ga_client_codec_params(o->pull_codec, &o->pull_params);
-    ga_codec_to_wire(o->pull_codec, &pp, &pull);
-    Gradagg__V1__JobConfig cfg = GRADAGG__V1__JOB_CONFIG__INIT;
-    cfg.world_size = o->world_size;
-    cfg.mode = o->mode == GA_MODE_ASYNC ? GRADAGG__V1__MODE__MODE_ASYNC : GRADAGG__V1__MODE__MODE_SYNC;
-    cfg.reduce = o->mean ? GRADAGG__V1__REDUCE__REDUCE_MEAN : GRADAGG__V1__REDUCE__REDUCE_SUM;
-    cfg.optimizer = &optim;
-    cfg.straggler = &strag;
-    cfg.pull_codec = &pull;
-    cfg.pull_auto_bits = o->pull_auto_bits;
-    cfg.min_world_size = o->min_world_size;
-    cfg.staleness = o->staleness;
-    Gradagg__V1__JoinRequest req = GRADAGG__V1__JOIN_REQUEST__INIT;
-    req.job = sh->job;
-    req.rank = o->rank == GA_RANK_ANY ? 0 : o->rank;
-    req.any_rank = o->rank == GA_RANK_ANY;
-    req.incarnation = c->incarnation;
-    req.config = &cfg;
-    req.resume = o->resume;
-    ProtobufCMessage *resp = NULL;
-    ga_status st = ga_call_unary(sh->ch, GA_METHOD_JOIN, &req.base, o->call_timeout_ms, &resp, why, cap);
-    if (st == GA_OK) *out = (Gradagg__V1__JoinResponse *)resp;
-    return st;
-}
-
-/* A Join is idempotent (the same rank and incarnation joining again is a no-op), so one that ran
- * past its call timeout (a server slow to take its first calls) is sent again, as after
- * UNAVAILABLE, within the same retry bounds. */
-static ga_status join_task(ga_client *c, ga_shard *sh)
-{
-    Gradagg__V1__JoinResponse *resp = NULL;
-    char why[256];
-    ga_status st;
-    double first_failure = ga_client_now();
-    for (uint32_t tries = 0;; tries++) {
-        st = ga_shard_retry(c, sh, join_attempt, &resp, why, sizeof why);
-        if (st != GA_E_DEADLINE || !ga_client_may_retry(c, tries, first_failure)) break;
-        sh->retries++;
-    }
-    if (st != GA_OK)
-        return ga_shard_fail_call(sh, st, why, "join job '%s' rank %u at %s", sh->job, c->opt.rank, sh->addr);
-    if (c->opt.rank == GA_RANK_ANY) c->opt.rank = resp->rank; /* the first shard's pick: the others get it */
-    sh->version = resp->version;
-    sh->step = resp->open_step;
-    sh->heartbeat_ms = resp->heartbeat_ms;
-    protobuf_c_message_free_unpacked(&resp->base, &ga_wire_allocator);
-    return GA_OK;
-}
-
-/* Best effort: a worker that goes away should not hold its rank; one that failed says why. */
-static ga_status leave_task(ga_client *c, ga_shard *sh)
-{
-    Gradagg__V1__LeaveRequest req = GRADAGG__V1__LEAVE_REQUEST__INIT;
-    req.job = sh->job;
-    req.rank = c->opt.rank;
-    req.incarnation = c->incarnation;
-    req.failed = c->failure != NULL;
-    req.reason = (char *)(c->failure ? c->failure : "");
-    ProtobufCMessage *resp = NULL;
-    char why[128];
-    if (ga_call_unary(sh->ch, GA_METHOD_LEAVE, &req.base, c->opt.call_timeout_ms, &resp, why, sizeof why) == GA_OK)
-        protobuf_c_message_free_unpacked(resp, &ga_wire_allocator);
-    return GA_OK;
-}
-
 /* Receive limit: the server's pull chunks are sized by the server, not by chunk_bytes. */
 static size_t message_limit(size_t chunk_bytes)
 {
@@ -532,6 +253,7 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     ga_client *c = ga_calloc(1, sizeof *c);
     if (!c) goto nomem;
     c->opt = *opt;
+    c->rejoin = ga_shard_rejoin;
     c->server = ga_strdup(opt->server);
     c->job = ga_strdup(opt->job);
     if (!c->server || !c->job) goto nomem;
@@ -550,10 +272,10 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     /* A rank the server picks: the first shard picks it, the others are joined with it. */
     bool pick = c->opt.rank == GA_RANK_ANY;
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = !pick || i == 0;
-    ga_shards_run(c, join_task);
+    ga_shards_run(c, ga_shard_join_task);
     if (pick && ga_shards_error(c) == GA_OK) {
         for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = i > 0;
-        ga_shards_run(c, join_task);
+        ga_shards_run(c, ga_shard_join_task);
         for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
     }
     if ((st = ga_shards_error(c)) != GA_OK) {
@@ -561,7 +283,7 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
         for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = c->shards[i].st == GA_OK;
         char err[sizeof c->err];
         memcpy(err, c->err, sizeof err);
-        ga_shards_run(c, leave_task);
+        ga_shards_run(c, ga_shard_leave_task);
         memcpy(c->err, err, sizeof err);
         goto fail;
     }
@@ -569,7 +291,7 @@ ga_status ga_client_create(const ga_client_options *opt, ga_client **out, char *
     c->joined = true;
     if ((st = ga_heartbeat_start(c)) != GA_OK) {
         ga_client_fail(c, st, "create: cannot start the heartbeat thread");
-        ga_shards_run(c, leave_task);
+        ga_shards_run(c, ga_shard_leave_task);
         goto fail;
     }
     *out = c;
@@ -678,7 +400,7 @@ void ga_client_destroy(ga_client *c)
     ga_client_async_free(c);
     ga_heartbeat_stop(c);
     for (uint32_t i = 0; i < c->nshards; i++) c->shards[i].active = true;
-    if (!c->abandoned) ga_shards_run(c, leave_task);
+    if (!c->abandoned) ga_shards_run(c, ga_shard_leave_task);
     ga_shards_free(c);
     for (size_t i = 0; i < c->ntensors; i++) tensor_free(&c->tensors[i]);
     ga_free(c->tensors);

@@ -1,11 +1,15 @@
 /* The SDK's private state: the client, its tensors, and the helpers the SDK's files share
  * (errors, retries, timing). Not installed; only the client/ sources and tests include it.
  *
- * The SDK (gradagg.h) is one module in several files around this state, and its files call each
- * other freely through it: client.c (the client's life: Join, tensors, Leave), init.c
- * (InitTensors), step.c / step_async.c (a step) with push.c and pull.c (its two sides), shard.c
- * (one thread per shard running a step's work), heartbeat.c (leases), device.c (CUDA tensors),
- * state.c (save and load). Below it, with contracts of their own and no knowledge of this state:
+ * The SDK (gradagg.h) is one module in several files around this state, in layers, each file
+ * calling only those below it: common.c (errors, retries, time, the in-flight flag, codec
+ * parameters); shard.c (one thread per shard running a step's work), heartbeat.c (leases),
+ * device.c (CUDA tensors), init.c (InitTensors); join.c (Join, rejoin, Leave); push.c, then
+ * pull.c (a step's two sides: a pull may push again); step.c (a step), then step_async.c (on the
+ * client's own thread); state.c (save and load); client.c (the client's life: options, tensors,
+ * create, destroy). The one call
+ * back up, a retry's rejoin, goes through c->rejoin. Below it, with contracts of their own and
+ * no knowledge of this state:
  * rpc_client.h (synchronous calls), chunks.h, placement.h, discover.h, dgc.h, auto_threshold.h
  * (the last two take gradagg.h's public option structs, never this state). */
 #ifndef GA_CLIENT_INTERNAL_H
@@ -136,6 +140,9 @@ struct ga_client {
     ga_client_options opt; /* server and job point at owned copies; the TLS paths and the
                               token are NULL (create reads them into the channels) */
     char *server, *job;
+    /* A retry's rejoin of a shard that lost the membership (ga_shard_rejoin, set at create):
+     * called through here so common.c's ga_shard_retry needs nothing above it. */
+    ga_status (*rejoin)(ga_client *c, ga_shard *sh, char *why, size_t cap);
     ga_shard *shards;      /* one per address of opt.server, in its order */
     uint32_t nshards;
     uint32_t lane_window;  /* the lanes of one address between their push and their pull at once */
@@ -186,6 +193,8 @@ struct ga_client {
 ga_status ga_heartbeat_start(ga_client *c);
 void ga_heartbeat_stop(ga_client *c);
 
+/* ---- common.c: errors, retries, time, the in-flight flag, codec parameters ---- */
+
 /* Records and returns st with the message fmt (printf) in c->err. GA_OK clears it. */
 ga_status ga_client_fail(ga_client *c, ga_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Records a failed call of shard sh: "<what>: E_NAME: <why>" (ga_strerror(st) when why is
@@ -210,10 +219,34 @@ bool ga_shard_retryable(ga_status st);
  * lacks a push from ("; step 40 has no push from ranks 2, 3"), asked by one Status call (nothing
  * appended when that fails). */
 void ga_shard_name_missing(ga_client *c, ga_shard *sh, char *why, size_t cap);
+/* Whether an asynchronous step runs now: the public calls that touch the client's state refuse
+ * (GA_E_INVAL, without writing c->err) until it ends. */
+bool ga_client_in_flight(const ga_client *c);
+/* Monotonic seconds. */
+double ga_client_now(void);
+/* Copies the fields `codec` reads (ga_codec_params_default when p is all zero); the rest 0. */
+ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p);
+
+/* ---- join.c: a rank's membership on one shard ---- */
+
+/* One Join attempt as this incarnation with the client's config; arg is a
+ * Gradagg__V1__JoinResponse ** that receives the answer (the caller frees it). */
+ga_status ga_shard_join_attempt(ga_client *c, ga_shard *sh, void *arg, char *why, size_t cap);
+/* Shard task of create: Join with retries (a Join past its call timeout is sent again within the
+ * same bounds); takes the rank an elastic job picked, the shard's version, open step and lease. */
+ga_status ga_shard_join_task(ga_client *c, ga_shard *sh);
+/* Shard task: Leave, best effort (finished, or failed with c->failure). */
+ga_status ga_shard_leave_task(ga_client *c, ga_shard *sh);
+/* The shard came back without this worker's membership or without the job: Join again as the
+ * same incarnation, and send the init again when the job came back empty. c->rejoin at create. */
+ga_status ga_shard_rejoin(ga_client *c, ga_shard *sh, char *why, size_t cap);
 /* The shard's open step for this job, from a Join as the same incarnation (one attempt), and
  * whether its server journals every acknowledged push (JoinResponse.acked_durable). */
 ga_status ga_shard_open_step(ga_client *c, ga_shard *sh, uint64_t *open_step, bool *acked_durable, char *why,
                              size_t cap);
+
+/* ---- a step's sides ---- */
+
 /* Sends the push of sh->step again (push.c): after the connection broke while its pull waited,
  * the server may have come back without it (--durability checkpoint); counted once if it kept
  * it. Moves the shard back as ga_shard_push does. */
@@ -254,17 +287,8 @@ uint64_t ga_shards_version(const ga_client *c);
 /* Asynchronous steps (step_async.c). */
 /* The body of ga_client_step (c != NULL), on whichever thread runs the step. */
 ga_status ga_client_step_run(ga_client *c, const float *const *grads);
-/* Whether an asynchronous step runs now: the public calls that touch the client's state refuse
- * (GA_E_INVAL, without writing c->err) until it ends. */
-bool ga_client_in_flight(const ga_client *c);
 /* Waits for a step in flight, ends the step thread and frees c->async (none: no-op). */
 void ga_client_async_free(ga_client *c);
-
-/* Monotonic seconds. */
-double ga_client_now(void);
-
-/* Copies the fields `codec` reads (ga_codec_params_default when p is all zero); the rest 0. */
-ga_codec_params ga_client_codec_params(ga_codec_id codec, const ga_codec_params *p);
 
 /* The steps of one training step, each in its own file. A mask of shards (bool per shard)
  * picks the parts whose piece lives on them; NULL = every shard. */

@@ -17,8 +17,6 @@ struct ga_async {
     ga_status st;          /* the last step's status */
 };
 
-bool ga_client_in_flight(const ga_client *c) { return __atomic_load_n(&c->in_flight, __ATOMIC_ACQUIRE); }
-
 static void *step_main(void *arg)
 {
     ga_client *c = arg;
