@@ -164,7 +164,7 @@ static void test_push_checks(void **state)
     assert_true(b->has_lr);
     assert_true(b->lr == 0.05f);
     assert_int_equal(b->count, 1);
-    assert_int_equal(b->payload_bytes, 64);
+    assert_int_equal(b->bytes.payload_bytes, 64);
     assert_int_equal(b->parts[0].codec, GA_CODEC_NONE);
     assert_int_equal((uintptr_t)b->parts[0].chunk->payload.data % 4, 0);
     uint64_t mem1 = ga_mem_in_use(GA_MEM_HOST);
@@ -180,7 +180,7 @@ static void test_push_checks(void **state)
                      ga_status_name(push_bads[k].want), push_bads[k].says);
         assert_ptr_equal(b, before);
         assert_int_equal(b->count, 1);
-        assert_int_equal(b->payload_bytes, 64);
+        assert_int_equal(b->bytes.payload_bytes, 64);
         assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1); /* the refused chunk was freed */
         /* The same chunk as the first of a stream: refused too (header checks aside), no bundle made. */
         if (push_bads[k].want != GA_E_STREAM_MIXED) {
@@ -191,7 +191,7 @@ static void test_push_checks(void **state)
         }
     }
     /* The stream limit counts payloads and chunk headers. */
-    size_t one = b->held_bytes; /* the first chunk: 64 payload bytes and its header */
+    size_t one = b->bytes.held_bytes; /* the first chunk: 64 payload bytes and its header */
     assert_true(one > 64 + sizeof(Gradagg__V1__PushChunk));
     push_spec more = good_push();
     more.tensor = "v"; /* a header as long as the first chunk's */
@@ -201,8 +201,8 @@ static void test_push_checks(void **state)
     assert_non_null(strstr(why, says));
     assert_int_equal(ga_push_add(&b, push_chunk(&more), 2 * one, NULL, why, sizeof why), GA_OK);
     assert_int_equal(b->count, 2);
-    assert_int_equal(b->payload_bytes, 128);
-    assert_int_equal(b->held_bytes, 2 * one);
+    assert_int_equal(b->bytes.payload_bytes, 128);
+    assert_int_equal(b->bytes.held_bytes, 2 * one);
     /* No codec message reads as codec none. */
     more.no_codec = true;
     more.tensor = "u";
@@ -350,7 +350,7 @@ static void test_init_checks(void **state)
             fail_msg("%s: got %s '%s', want %s with '%s'", init_bads[k].what, ga_status_name(rc), why,
                      ga_status_name(init_bads[k].want), init_bads[k].says);
         assert_int_equal(b->count, 1);
-        assert_int_equal(b->payload_bytes, 64);
+        assert_int_equal(b->bytes.payload_bytes, 64);
         assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem1);
     }
     /* The rest of w; a zeros tensor (no values, any count inside it); the limit, which counts
@@ -358,22 +358,22 @@ static void test_init_checks(void **state)
     assert_int_equal(
         ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "w", {4, 8}, 2, 16, 16, ones, 64, false}), 1 << 20, NULL, why, sizeof why),
         GA_OK);
-    size_t before_z = b->held_bytes;
+    size_t before_z = b->bytes.held_bytes;
     assert_int_equal(
         ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "z", {3}, 1, 0, 0, NULL, 0, false}), 1 << 20, NULL, why, sizeof why),
         GA_OK);
-    size_t header = b->held_bytes - before_z, limit = b->held_bytes + 64 + header;
+    size_t header = b->bytes.held_bytes - before_z, limit = b->bytes.held_bytes + 64 + header;
     assert_true(header > sizeof(Gradagg__V1__InitChunk));
     assert_int_equal(ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit - 1,
                                  NULL, why, sizeof why),
                      GA_E_LIMIT);
     assert_int_equal(b->count, 3);
-    assert_int_equal(b->payload_bytes, 128);
+    assert_int_equal(b->bytes.payload_bytes, 128);
     assert_int_equal(
         ga_init_add(&b, init_chunk(&(init_spec){"job", 0, 5, "y", {16}, 1, 0, 16, ones, 64, false}), limit, NULL, why, sizeof why),
         GA_OK);
     assert_int_equal(b->count, 4);
-    assert_int_equal(b->held_bytes, limit);
+    assert_int_equal(b->bytes.held_bytes, limit);
     ga_init_free(b);
     ga_init_free(NULL);
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);
@@ -391,7 +391,7 @@ static void test_init_await(void **state)
     assert_true(b->await_values);
     s.tensor = "b", s.ndim = 1, s.shape[0] = 8;
     assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_OK);
-    assert_int_equal(b->payload_bytes, 0);
+    assert_int_equal(b->bytes.payload_bytes, 0);
     s.values = ones, s.count = 8, s.len = 32;
     assert_int_equal(ga_init_add(&b, init_chunk(&s), 1 << 20, NULL, why, sizeof why), GA_E_INVAL);
     assert_non_null(strstr(why, "await_values with 32 bytes of values"));
@@ -423,9 +423,9 @@ static void test_tiny_chunks_bounded(void **state)
     assert_int_equal(rc, GA_E_LIMIT);
     uint64_t taken = ga_mem_in_use(GA_MEM_HOST) - mem0;
     print_message("%zu chunks of 4 bytes: %zu payload bytes, %zu held, %llu bytes of memory (limit %zu)\n",
-                  b->count, b->payload_bytes, b->held_bytes, (unsigned long long)taken, limit);
-    assert_true(b->held_bytes <= limit);
-    assert_true(b->payload_bytes * 20 < limit); /* headers, not payloads, reached the limit */
+                  b->count, b->bytes.payload_bytes, b->bytes.held_bytes, (unsigned long long)taken, limit);
+    assert_true(b->bytes.held_bytes <= limit);
+    assert_true(b->bytes.payload_bytes * 20 < limit); /* headers, not payloads, reached the limit */
     assert_true(taken <= limit);
     ga_push_free(b);
     assert_int_equal(ga_mem_in_use(GA_MEM_HOST), mem0);

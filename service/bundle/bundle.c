@@ -82,6 +82,35 @@ ga_status ga_codec_from_wire(const Gradagg__V1__Codec *w, const char *what, ga_c
     return GA_OK;
 }
 
+/* ---- what a bundle holds (both kinds) ---- */
+
+/* Counts a chunk of `payload` bytes and `header` more into b, taking them from its budget (the
+ * first chunk's) when it has one: GA_E_BUSY when the server's memory is full, nothing counted. */
+static ga_status bytes_take(ga_bundle_bytes *b, size_t payload, size_t header, char *why, size_t cap)
+{
+    size_t add = payload + header;
+    if (b->budget) GA_CHECK(ga_budget_take(b->budget, add, "this chunk", why, cap));
+    b->payload_bytes += payload;
+    b->held_bytes += add;
+    if (b->budget) b->budgeted += add;
+    return GA_OK;
+}
+
+/* Hands b's budget reservation to the caller: returns it and leaves b with none. */
+static size_t bytes_unbudget(ga_bundle_bytes *b)
+{
+    size_t n = b->budgeted;
+    b->budgeted = 0;
+    return n;
+}
+
+/* Gives back what b still has taken from its budget. */
+static void bytes_release(ga_bundle_bytes *b)
+{
+    if (b->budget && b->budgeted) ga_budget_give(b->budget, b->budgeted);
+    b->budgeted = 0;
+}
+
 /* ---- push ---- */
 
 static void free_push_chunk(Gradagg__V1__PushChunk *c)
@@ -156,7 +185,7 @@ static ga_status check_push_chunk(const ga_push *b, const Gradagg__V1__PushChunk
     if (st != GA_OK)
         return ga_status_fail(st, why, cap, "%s: codec %s payload of %zu elements: %s", what, ga_codec_name(part->codec), n,
                     ga_strerror(st));
-    size_t held = b ? b->held_bytes : 0, add = len + push_header_bytes(c);
+    size_t held = b ? b->bytes.held_bytes : 0, add = len + push_header_bytes(c);
     if (!within(held, add, max_bytes))
         return ga_status_fail(GA_E_LIMIT, why, cap,
                     "%s: the stream would hold %zu bytes (payloads and chunk headers), over the limit of %zu", what,
@@ -187,20 +216,16 @@ ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_
         fresh->has_lr = chunk->has_lr;
         fresh->lr = chunk->lr;
         fresh->weight = chunk->weight ? chunk->weight : 1;
-        fresh->budget = budget;
+        fresh->bytes.budget = budget;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
         rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
-    size_t add = chunk->payload.len + push_header_bytes(chunk);
-    if (b->budget) GA_CHECK_GOTO(ga_budget_take(b->budget, add, "this chunk", why, why_cap), rc, fail);
+    GA_CHECK_GOTO(bytes_take(&b->bytes, chunk->payload.len, push_header_bytes(chunk), why, why_cap), rc, fail);
     part.chunk = chunk;
     b->parts[b->count++] = part;
-    b->payload_bytes += chunk->payload.len;
-    b->held_bytes += add;
-    if (b->budget) b->budgeted += add;
     *push = b;
     return GA_OK;
 fail:
@@ -211,16 +236,13 @@ fail:
 
 size_t ga_push_unbudget(ga_push *push)
 {
-    if (!push) return 0;
-    size_t n = push->budgeted;
-    push->budgeted = 0;
-    return n;
+    return push ? bytes_unbudget(&push->bytes) : 0;
 }
 
 void ga_push_free(ga_push *push)
 {
     if (!push) return;
-    if (push->budget && push->budgeted) ga_budget_give(push->budget, push->budgeted);
+    bytes_release(&push->bytes);
     for (size_t i = 0; i < push->count; i++) free_push_chunk(push->parts[i].chunk);
     ga_free(push->parts);
     ga_free(push->job);
@@ -328,7 +350,7 @@ static ga_status check_init_chunk(const ga_init *b, const Gradagg__V1__InitChunk
         if (st != GA_OK)
             return ga_status_fail(st, why, cap, "init chunk %zu (tensor '%s'): values: %s", k, c->tensor, ga_strerror(st));
     }
-    size_t held = b ? b->held_bytes : 0, add = len + init_header_bytes(c);
+    size_t held = b ? b->bytes.held_bytes : 0, add = len + init_header_bytes(c);
     if (!within(held, add, max_bytes))
         return ga_status_fail(GA_E_LIMIT, why, cap,
                     "init chunk %zu: the stream would hold %zu bytes (values and chunk headers), over the limit of %zu",
@@ -355,19 +377,15 @@ ga_status ga_init_add(ga_init **init, Gradagg__V1__InitChunk *chunk, size_t max_
         fresh->rank = chunk->rank;
         fresh->incarnation = chunk->incarnation;
         fresh->await_values = chunk->await_values;
-        fresh->budget = budget;
+        fresh->bytes.budget = budget;
         b = fresh;
     }
     if (reserve((void **)&b->parts, &b->cap, b->count, sizeof *b->parts) != GA_OK) {
         rc = ga_status_fail(GA_E_NOMEM, why, why_cap, "out of memory");
         goto fail;
     }
-    size_t add = chunk->values.len + init_header_bytes(chunk);
-    if (b->budget) GA_CHECK_GOTO(ga_budget_take(b->budget, add, "this chunk", why, why_cap), rc, fail);
+    GA_CHECK_GOTO(bytes_take(&b->bytes, chunk->values.len, init_header_bytes(chunk), why, why_cap), rc, fail);
     b->parts[b->count++].chunk = chunk;
-    b->payload_bytes += chunk->values.len;
-    b->held_bytes += add;
-    if (b->budget) b->budgeted += add;
     *init = b;
     return GA_OK;
 fail:
@@ -378,16 +396,13 @@ fail:
 
 size_t ga_init_unbudget(ga_init *init)
 {
-    if (!init) return 0;
-    size_t n = init->budgeted;
-    init->budgeted = 0;
-    return n;
+    return init ? bytes_unbudget(&init->bytes) : 0;
 }
 
 void ga_init_free(ga_init *init)
 {
     if (!init) return;
-    if (init->budget && init->budgeted) ga_budget_give(init->budget, init->budgeted);
+    bytes_release(&init->bytes);
     for (size_t i = 0; i < init->count; i++) free_init_chunk(init->parts[i].chunk);
     ga_free(init->parts);
     ga_free(init->job);

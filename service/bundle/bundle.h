@@ -25,6 +25,16 @@ typedef struct ga_push_chunk {
     uint32_t tensor;               /* the job's tensor index: set by the core when it accepts the push */
 } ga_push_chunk;
 
+/* What a bundle holds, and what of it is taken from the server's memory budget (push and init
+ * bundles alike). */
+typedef struct ga_bundle_bytes {
+    size_t payload_bytes; /* the chunks' payloads (push) or values (init) */
+    size_t held_bytes;    /* payloads plus each chunk's header (its unpacked message, strings
+                             and part entry) */
+    ga_budget *budget;    /* where held_bytes were taken from as the chunks came (NULL: none) */
+    size_t budgeted;      /* of held_bytes, what is still taken: given back when freed */
+} ga_bundle_bytes;
+
 /* One rank's gradients for one step. Header fields come from the first chunk; every later
  * chunk must agree (GA_E_STREAM_MIXED). */
 typedef struct ga_push {
@@ -41,11 +51,7 @@ typedef struct ga_push {
     uint32_t weight;      /* workers summed in this push (PushChunk.weight; 0 there = 1), >= 1 */
     ga_push_chunk *parts;
     size_t count, cap;
-    size_t payload_bytes; /* the chunks' payloads */
-    size_t held_bytes;    /* what the bundle holds: payloads plus each chunk's header (its
-                             unpacked message, strings and part entry) */
-    ga_budget *budget;    /* where held_bytes were taken from as the chunks came (NULL: none) */
-    size_t budgeted;      /* of held_bytes, what is still taken: given back when freed */
+    ga_bundle_bytes bytes;
     struct ga_push *next; /* the core's lists: bundles lent to the store, pushes ahead (job.h) */
 } ga_push;
 
@@ -59,10 +65,7 @@ typedef struct ga_init {
     uint64_t incarnation;
     ga_init_part *parts;
     size_t count, cap;
-    size_t payload_bytes; /* the chunks' values */
-    size_t held_bytes;    /* values plus each chunk's header, as for pushes */
-    ga_budget *budget;    /* as for pushes */
-    size_t budgeted;
+    ga_bundle_bytes bytes;
     bool await_values;    /* every chunk's await_values: creates nothing, carries no values */
 } ga_init;
 
@@ -74,7 +77,7 @@ typedef struct ga_init {
  * why[0..why_cap) and leaves the bundle as it was. Checks: job non-empty, incarnation nonzero,
  * header agrees with earlier chunks, tensor name non-empty and at most 1024 bytes, count > 0, offset + count does not overflow, codec known and
  * its parameters valid, payload length and contents valid for `count` elements
- * (ga_codec_check_payload), bundle held_bytes within max_bytes (GA_E_LIMIT), and, when budget
+ * (ga_codec_check_payload), bundle bytes.held_bytes within max_bytes (GA_E_LIMIT), and, when budget
  * is not NULL, the chunk's bytes taken from it (GA_E_BUSY when the server's memory is full). A
  * bundle's budget is the first chunk's. */
 ga_status ga_push_add(ga_push **push, Gradagg__V1__PushChunk *chunk, size_t max_bytes, ga_budget *budget, char *why,

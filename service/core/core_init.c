@@ -113,7 +113,7 @@ static void init_done(ga_task *t)
         job->tensors[it->first + k].ready = true;
     }
     job->store_bytes = ga_store_bytes(job->store);
-    job->core->held_bytes -= it->init->held_bytes;
+    job->core->held_bytes -= it->init->bytes.held_bytes;
     if (it->rc == GA_OK) {
         answer(it->call, job->version, (uint32_t)it->count, it->existing);
     } else {
@@ -277,7 +277,7 @@ void ga_core_init_park(ga_job *job, ga_call *call, ga_init *init)
     while (*tail) tail = &(*tail)->next;
     *tail = w;
     job->members[init->rank].inits_waiting++;
-    job->core->held_bytes += init->held_bytes;
+    job->core->held_bytes += init->bytes.held_bytes;
 }
 
 /* Unlinks *link (which it frees) and gives back its call and init. */
@@ -290,7 +290,7 @@ static ga_init *unpark(ga_job *job, ga_init_wait **link, ga_call **call)
     ga_member *m = &job->members[init->rank];
     if (m->inits_waiting) m->inits_waiting--;
     m->active_ms = uv_now(job->core->loop); /* a worker that waited was active until now */
-    job->core->held_bytes -= init->held_bytes;
+    job->core->held_bytes -= init->bytes.held_bytes;
     ga_free(w);
     return init;
 }
@@ -410,7 +410,7 @@ static void init_received(ga_core *c, ga_call *call, ga_init *init)
     it->t.done = init_done;
     it->job = job;
     it->call = call;
-    c->held_bytes += init->held_bytes;
+    c->held_bytes += init->bytes.held_bytes;
     bool created = it->count > 0;
     ga_taskq_push(&job->tasks, &it->t);
     if (created) ga_core_inits_wake(c, job);

@@ -65,8 +65,8 @@ static void accumulate_done(ga_task *t)
         a->push->next = job->lent;
         job->lent = a->push;
     } else {
-        job->held_bytes -= a->push->held_bytes;
-        job->core->held_bytes -= a->push->held_bytes;
+        job->held_bytes -= a->push->bytes.held_bytes;
+        job->core->held_bytes -= a->push->bytes.held_bytes;
         ga_push_free(a->push);
     }
     ga_free(a);
@@ -78,8 +78,8 @@ static void lent_release(ga_job *job)
     while (job->lent) {
         ga_push *p = job->lent;
         job->lent = p->next;
-        job->held_bytes -= p->held_bytes;
-        job->core->held_bytes -= p->held_bytes;
+        job->held_bytes -= p->bytes.held_bytes;
+        job->core->held_bytes -= p->bytes.held_bytes;
         ga_push_free(p);
     }
 }
@@ -157,8 +157,8 @@ static void queue_accumulate(ga_job *job, ga_push *push)
 {
     accumulate_task *a = ga_calloc(1, sizeof *a);
     if (!a) {
-        job->held_bytes -= push->held_bytes;
-        job->core->held_bytes -= push->held_bytes;
+        job->held_bytes -= push->bytes.held_bytes;
+        job->core->held_bytes -= push->bytes.held_bytes;
         ga_push_free(push);
         ga_core_job_fault(job, GA_E_NOMEM, "out of memory queueing an accumulation");
         return;
@@ -281,11 +281,11 @@ out:
 static ga_status check_memory(ga_core *c, const ga_push *push, char *why)
 {
     uint64_t now = ga_core_bytes(c), max = c->opt.max_memory_bytes;
-    if (push->held_bytes > max || now > max - push->held_bytes) {
+    if (push->bytes.held_bytes > max || now > max - push->bytes.held_bytes) {
         snprintf(why, GA_WHY_CAP,
                  "holding this push (%zu bytes) would bring the server to %" PRIu64
                  " bytes, over its limit of %" PRIu64,
-                 push->held_bytes, now + push->held_bytes, max);
+                 push->bytes.held_bytes, now + push->bytes.held_bytes, max);
         return GA_E_LIMIT;
     }
     return GA_OK;
@@ -538,8 +538,8 @@ static void push_sync(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
     GA_CHECK_GOTO(ga_persist_commit(job, push->step + 1, push, why), st, refuse);
 
-    job->held_bytes += push->held_bytes;
-    c->held_bytes += push->held_bytes;
+    job->held_bytes += push->bytes.held_bytes;
+    c->held_bytes += push->bytes.held_bytes;
     job->any_commit = true;
     record_commit(m, push->step);
     count_received(job, push);
@@ -585,8 +585,8 @@ static void push_async(ga_core *c, ga_job *job, ga_call *call, ga_push *push)
     GA_CHECK_GOTO(check_cover(job, push, why), st, refuse);
     GA_CHECK_GOTO(check_memory(c, push, why), st, refuse);
     GA_CHECK_GOTO(ga_persist_commit(job, job->target + 1, push, why), st, refuse);
-    job->held_bytes += push->held_bytes;
-    c->held_bytes += push->held_bytes;
+    job->held_bytes += push->bytes.held_bytes;
+    c->held_bytes += push->bytes.held_bytes;
     job->any_commit = true;
     m->has_pushed = true;
     m->last_step = push->step;

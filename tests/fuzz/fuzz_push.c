@@ -86,11 +86,11 @@ static ga_push *read_stream(const uint8_t *data, size_t size, uint8_t mode)
             return NULL;
         }
         ga_push *was = push;
-        size_t count = push ? push->count : 0, bytes = push ? push->payload_bytes : 0;
+        size_t count = push ? push->count : 0, bytes = push ? push->bytes.payload_bytes : 0;
         why[0] = 0;
         st = ga_push_add(&push, (Gradagg__V1__PushChunk *)msg, FUZZ_STREAM_BYTES, NULL, why, sizeof why);
         if (st != GA_OK) {
-            FUZZ_CHECK(push == was && (!push || (push->count == count && push->payload_bytes == bytes)),
+            FUZZ_CHECK(push == was && (!push || (push->count == count && push->bytes.payload_bytes == bytes)),
                        "a refused chunk changed the bundle");
             FUZZ_CHECK(why[0] != 0 && fuzz_client_fault(st), "refusal %s with message '%s'", ga_status_name(st), why);
             ga_push_free(push);
