@@ -346,18 +346,29 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return a
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    a = parse_args(argv)
+def bench_start(tool: str, a: argparse.Namespace, **env: str) -> Optional[Tuple[Dict[str, str], Dict[str, Any]]]:
+    """What netbench and trainbench do first: refuse shaped links without root (a message, then
+    None), stop cleanly on SIGTERM and SIGHUP, and return the children's environment (the SDK and
+    bench/ on PYTHONPATH, a.lib, quiet logs, and env) and the run's record (machine, arguments)."""
     if os.geteuid() != 0 and any(link != "lo" for link in a.links):
-        print("netbench: network namespaces need root", file=sys.stderr)
-        return 2
+        print(f"{tool}: network namespaces need root (or --links lo)", file=sys.stderr)
+        return None
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "client", "python"), HERE]),
-               GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", OMP_NUM_THREADS=str(a.threads))
-    b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="gnb-logs-"))
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "client", "python"), HERE]),
+                     GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", **env)
     info = {"machine": machine(), "args": {k: (v if k != "systems" else [s.name for s in v])
                                            for k, v in vars(a).items()}, "probes": {}, "rows": []}
+    return child_env, info
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = parse_args(argv)
+    started = bench_start("netbench", a, OMP_NUM_THREADS=str(a.threads))
+    if started is None:
+        return 2
+    env, info = started
+    b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="gnb-logs-"))
     swept = nn.sweep_stale()
     if swept:
         print(f"netbench: removed leftovers of a killed run: {' '.join(swept)}")

@@ -33,7 +33,6 @@ Exit status: 0 when every row ran.
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ sys.path.insert(0, HERE)
 
 import netbench_net as nn  # noqa: E402
 import trainbench_report as report  # noqa: E402
-from netbench import Interrupted, machine, on_signal  # noqa: E402
+from netbench import Interrupted, bench_start  # noqa: E402
 from netbench_procs import Proc, check_build  # noqa: E402
 
 
@@ -283,17 +282,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
-    if os.geteuid() != 0 and any(link != "lo" for link in a.links):
-        print("trainbench: network namespaces need root (or --links lo)", file=sys.stderr)
+    started = bench_start("trainbench", a, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    if started is None:
         return 2
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "client", "python"), HERE]),
-               GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1")
+    env, info = started
     b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="gtb-logs-"))
-    info: Dict[str, Any] = {"machine": machine(), "args": {k: (v if k != "systems" else [s.name for s in v])
-                                                           for k, v in vars(a).items()}, "probes": {}, "rows": []}
     swept = nn.sweep_stale()
     if swept:
         print(f"trainbench: removed leftovers of a killed run: {' '.join(swept)}")
