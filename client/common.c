@@ -1,7 +1,8 @@
 /* What every file of the client uses, and which uses none of them: errors, retries, time, the
- * step-in-flight flag and codec parameters (client_internal.h). The one call back up, a retry's
- * rejoin, goes through c->rejoin (join.c's ga_shard_rejoin, set at create), so the files stand
- * in layers: common.c, then rpc_client.c and join.c, then the step's files, then client.c. */
+ * step-in-flight flag and codec parameters (client_internal.h). It calls only rpc_client.h below
+ * it; the one call back up, a retry's rejoin, goes through c->rejoin (join.c's ga_shard_rejoin,
+ * set at create), so the files stand in layers: common.c, then join.c, the step's files and
+ * client.c (client_internal.h has the order). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdarg.h>

@@ -71,7 +71,7 @@ static ga_status parse_entry(const char *text, size_t len, block *b, char *why, 
     for (unsigned i = b->bits; i < 128; i++) /* host bits must be zero: "10.0.0.1/8" is a typo */
         if (b->addr[i / 8] & (0x80u >> (i % 8)))
             return ga_status_fail(GA_E_CONFIG, why, cap, "--trusted-client-hosts entry '%.*s': bits set after the "
-                                  "/%u prefix", (int)len, text, bits);
+                                  "/%u prefix", (int)(len > 80 ? 80 : len), text, bits);
     return GA_OK;
 bad_bits:
     return ga_status_fail(GA_E_CONFIG, why, cap, "--trusted-client-hosts entry '%.*s': the prefix length must be a "
