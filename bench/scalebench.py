@@ -11,7 +11,9 @@ pushing a --elements tensor (codec --codec, pulls --pull-codec) for at least --s
 steps and --rank-steps rank-steps after --warmup: per shard, the server CPU per rank-step (utime + stime of the shard processes over the
 measured steps, / steps / W / S) and per element pushed, the peak RSS, and the step's wall time.
 The reference in the same run is the smallest W at the same S: "x ref" is the CPU per
-rank-step over the reference's (1.00 = linear in W).
+rank-step over the reference's (1.00 = linear in W). The clients' CPU per rank-step (this
+process's, over the same interval) is in the JSON: the worker side of the cost model
+(docs/scaling.md, "The cost model").
 
 Jobs: one server, --jobs small jobs (one rank, 1024 elements, one step each, the clients kept
 open), then at --jobs / 10 in the same run as the reference: descriptors, RSS, /metrics bytes,
@@ -111,6 +113,12 @@ class Shard:
             self.proc = None
 
 
+def own_cpu_s() -> float:
+    """This process's CPU seconds (every rank's thread: the SDK's encode, decode and calls)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict[str, Any]:
     """One job of `world` ranks over `shards` servers: the measured steps' figures."""
     steps = max(a.steps, -(-a.rank_steps // world))
@@ -153,10 +161,12 @@ def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict
         try:
             start.wait()
             cpu0 = sum(s.cpu() for s in servers)
+            own0 = own_cpu_s()
             t0 = time.monotonic()
             end.wait()
             wall = time.monotonic() - t0
             cpu1 = sum(s.cpu() for s in servers)
+            own1 = own_cpu_s()
         except threading.BrokenBarrierError:
             pass
         for t in threads:
@@ -174,6 +184,8 @@ def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict
         "server_cpu_s": cpu,
         "cpu_ms_per_rank_step_per_shard": 1e3 * cpu / steps / world / shards,
         "cpu_ns_per_element": 1e9 * cpu / steps / world / a.elements,
+        "client_cpu_ms_per_rank_step": 1e3 * (own1 - own0) / steps / world,
+        "codec": a.codec, "pull_codec": a.pull_codec,
         "peak_rss_mib_per_shard": max(hwm) / MIB,
     }
 

@@ -1,5 +1,6 @@
 /* gradagg: the operators' command line tool (docs/cli.md).
  *   gradagg [options] jobs | status JOB | delete JOB | health
+ *   gradagg [--json] plan OPTIONS   (plan.h: needs no server)
  * Options (each also from the environment, docs/launch.md; a flag wins): --server ADDR[,ADDR...]
  * or shards://NAME:PORT (GRADAGG_SERVER, else 127.0.0.1:7070), --json, --timeout-ms N, --token T (GRADAGG_AUTH_TOKEN),
  * --tls-ca F, --tls-cert F, --tls-key F, --tls-target-name N (GRADAGG_TLS_*). */
@@ -13,6 +14,7 @@
 #include "discover.h"
 #include "ga_alloc.h"
 #include "gradagg.h"
+#include "plan.h"
 
 static void usage(FILE *out)
 {
@@ -24,6 +26,7 @@ static void usage(FILE *out)
             "                tensors, bytes received by codec, counters\n"
             "  delete JOB    remove a job no rank is live in, on every shard\n"
             "  health        the gRPC health of every shard (\"\" and gradagg.v1.Aggregator)\n"
+            "  plan ...      size a deployment for a job from the cost model (gradagg plan --help)\n"
             "options (the environment gives the defaults: docs/launch.md):\n"
             "  --server ADDR[,ADDR...]  the shards, or shards://NAME:PORT for a set found from one DNS name\n"
             "                           (GRADAGG_SERVER; default 127.0.0.1:7070)\n"
@@ -96,6 +99,7 @@ int main(int argc, char **argv)
         }
     }
     const char *cmd = i < argc ? argv[i++] : NULL;
+    if (cmd && strcmp(cmd, "plan") == 0) return cli_plan(argc - i, argv + i, c.json); /* no server */
     const char *job = i < argc ? argv[i++] : NULL;
     bool needs_job = cmd && (strcmp(cmd, "status") == 0 || strcmp(cmd, "delete") == 0);
     bool known = cmd && (needs_job || strcmp(cmd, "jobs") == 0 || strcmp(cmd, "health") == 0);
