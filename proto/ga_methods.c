@@ -1,5 +1,5 @@
 /* The method table: every RPC the server serves and the SDK calls, one row each (ga_methods.h).
- * The streaming kinds are not in the protobuf-c descriptors; tests/test_methods.c checks them
+ * The streaming kinds are not in the protobuf-c descriptors; tests/unit/test_methods.c checks them
  * against the .proto sources. */
 #include "ga_methods.h"
 

@@ -1,5 +1,5 @@
 /* The one table of RPC methods: path, streaming kind and message types, shared by the server
- * and the SDK so no method path is ever retyped. tests/test_methods.c checks every row against
+ * and the SDK so no method path is ever retyped. tests/unit/test_methods.c checks every row against
  * the protobuf-c service descriptors and the streaming keywords in the .proto files. */
 #ifndef GA_METHODS_H
 #define GA_METHODS_H

@@ -26,7 +26,7 @@ bool ga_wire_bearer(const char *v, size_t len, const char **tok, size_t *tlen)
 }
 
 /* A switch over the enum without a default: -Wswitch names any status added to GA_STATUS_MAP
- * without a row here, and tests/test_methods.c checks that none falls through to UNKNOWN. */
+ * without a row here, and tests/unit/test_methods.c checks that none falls through to UNKNOWN. */
 grpc_status_code ga_wire_grpc_code(ga_status st)
 {
     switch (st) {

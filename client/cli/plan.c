@@ -343,20 +343,27 @@ static void print_table(const plan_args *a, const plan_setup *s, const plan_esti
            e->ring_s * 1e3, e->step_s > 0 ? e->ring_s / e->step_s : 0.0, e->ps_bound_s * 1e3);
 }
 
+/* The recommendation among the choices of a->space with codec pair p only. */
+static int best_of_pair(const plan_args *a, size_t p, plan_setup *s, plan_estimate *e, char *msg, size_t cap)
+{
+    plan_space one = a->space;
+    one.pairs = &a->space.pairs[p];
+    one.npairs = 1;
+    return plan_recommend(&a->setup, &one, &plan_costs_measured, s, e, msg, cap);
+}
+
 static void print_alternatives(const plan_args *a)
 {
     printf("\nthe best of each codec pair:\n");
     printf("| push | pull | shards | relays | lanes | step ms | bound | MiB per shard | DDP ring / step |\n");
     printf("|---|---|---:|---|---:|---:|---|---:|---:|\n");
     for (size_t p = 0; p < a->space.npairs; p++) {
-        plan_space one = a->space;
-        one.pairs = &a->space.pairs[p];
-        one.npairs = 1;
         plan_setup s;
         plan_estimate e;
         char msg[256];
-        if (plan_recommend(&a->setup, &one, &plan_costs_measured, &s, &e, msg, sizeof msg) < 0) {
-            printf("| %s | %s | | | | | %s | | |\n", ga_codec_name(one.pairs[0]->push), ga_codec_name(one.pairs[0]->pull), msg);
+        if (best_of_pair(a, p, &s, &e, msg, sizeof msg) < 0) {
+            printf("| %s | %s | | | | | %s | | |\n", ga_codec_name(a->space.pairs[p]->push),
+                   ga_codec_name(a->space.pairs[p]->pull), msg);
             continue;
         }
         printf("| %s | %s | %u | %s | %u | %.1f | %s | %.0f | %.2f |\n", ga_codec_name(s.push), ga_codec_name(s.pull),
@@ -414,13 +421,10 @@ static void print_json(const plan_args *a, const plan_setup *s, const plan_estim
     json_end_object(&j);
     json_begin_array(&j, "alternatives");
     for (size_t p = 0; p < a->space.npairs; p++) {
-        plan_space one = a->space;
-        one.pairs = &a->space.pairs[p];
-        one.npairs = 1;
         plan_setup alt;
         plan_estimate ae;
         char msg[256];
-        if (plan_recommend(&a->setup, &one, &plan_costs_measured, &alt, &ae, msg, sizeof msg) < 0) continue;
+        if (best_of_pair(a, p, &alt, &ae, msg, sizeof msg) < 0) continue;
         json_begin_object(&j, NULL);
         json_estimate(&j, &alt, &ae);
         json_end_object(&j);

@@ -18,7 +18,7 @@ typedef struct plan_space {
     int shards;          /* 0: search 1, 2, 4, ... max_shards */
     uint32_t max_shards;
     int relays;          /* -1: search (only with ranks_per_node > 1), 0 off, 1 on */
-    int lanes;           /* 0: search 1, 4, 16 */
+    int lanes;           /* 0: search 1, 4, 8, 16 (shards x lanes at most GA_PLACEMENT_MAX_SHARDS) */
     const plan_pair_costs *const *pairs; /* the codec pairs it may pick from */
     size_t npairs;
     double target_step_s; /* > 0: the fewest shards whose step meets it; else within 10 % of the fastest */

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "placement.h"
+
 #define MIB (1024.0 * 1024.0)
 
 const char *plan_bound_name(plan_bound b)
@@ -102,6 +104,11 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
         return -1;
     }
     uint32_t nodes = s->world / G, U = s->relays ? nodes : s->world;
+    uint32_t lanes = s->lanes ? s->lanes : 1;
+    if ((uint64_t)s->shards * lanes > GA_PLACEMENT_MAX_SHARDS) {
+        snprintf(msg, cap, "%u shards x %u lanes: a client holds at most %u", s->shards, lanes, GA_PLACEMENT_MAX_SHARDS);
+        return -1;
+    }
     if (s->colocate && s->shards != nodes) {
         snprintf(msg, cap, "colocated shards: one per worker node (%u), not %u", nodes, s->shards);
         return -1;
@@ -196,13 +203,10 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
         sum += phases[i];
         if (phases[i] > most) most = phases[i], which = i;
     }
-    uint32_t lanes = s->lanes ? s->lanes : 1;
-    if (lanes > 1) { /* lanes overlap the phases; a lane pushes once the lane lanes/4 before it pulled */
-        double window = lanes / 4 > 1 ? lanes / 4 : 1;
-        x.step_s = most + (sum - most) * window / lanes;
-    } else {
-        x.step_s = sum;
-    }
+    /* Lanes overlap the phases: a lane pushes once the lane `window` before it has pulled, window =
+     * max(2, ceil(lanes / 4)) (client/shard.c); with no more lanes than that they run as one. */
+    double window = fmax(2.0, ceil(lanes / 4.0));
+    x.step_s = window < lanes ? most + (sum - most) * window / lanes : sum;
     switch (which) {
     case 0: x.bound = PLAN_BOUND_WORKER; break;
     case 1: x.bound = PLAN_BOUND_RELAY; break;

@@ -71,7 +71,7 @@ typedef struct plan_setup {
     uint32_t shards;           /* S */
     bool relays;               /* one relay per node: the node's ranks push to it, it pushes their sum */
     bool colocate;             /* shard k runs on worker node k (S = nodes) */
-    uint32_t lanes;            /* per shard; 1 = push then pull */
+    uint32_t lanes;            /* per shard; 1 = push then pull; shards x lanes <= 64 (the SDK's) */
     ga_codec_id push, pull;
     float topk_ratio;          /* topk's keep ratio, for its payload size */
     bool journal;              /* --durability acked (every push journaled) */
@@ -108,7 +108,8 @@ typedef struct plan_estimate {
 } plan_estimate;
 
 /* Estimates one step. Returns 0, or -1 with a reason in msg (an empty model, W not a multiple of
- * G, colocated shards other than the nodes, a codec pair with no measured cost on this side).
+ * G, colocated shards other than the nodes, more than GA_PLACEMENT_MAX_SHARDS shards x lanes, a
+ * codec pair with no measured cost on this side).
  * *e written only on success. */
 int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *e, char *msg, size_t cap);
 

@@ -26,7 +26,7 @@ int plan_recommend(const plan_setup *base, const plan_space *space, const plan_c
     int relay_list[2] = {0, 1}, nrelay = 2;
     if (space->relays >= 0) relay_list[0] = space->relays, nrelay = 1;
     else if (G == 1) nrelay = 1;
-    int lane_list[3] = {1, 4, 16}, nlane = 3;
+    int lane_list[4] = {1, 4, 8, 16}, nlane = 4; /* those past 64 with the shards are refused */
     if (space->lanes > 0) lane_list[0] = space->lanes, nlane = 1;
 
     /* Pass 1: the fastest step of all; pass 2: the simplest candidate that is good enough. */

@@ -344,7 +344,7 @@ void ga_config_defaults(ga_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     for (int k = 0; k < GA_CFG_KEYS; k++) {
         bool ok = set_value(cfg, &rows[k], rows[k].def);
-        (void)ok; /* tests/test_config.c checks every default parses */
+        (void)ok; /* tests/unit/test_config.c checks every default parses */
         cfg->source[k] = GA_CONFIG_DEFAULT;
     }
 }

@@ -1,5 +1,5 @@
 /* A fresh in-process core for each fuzz input (the core on a libuv loop run by the fuzzing
- * thread, calls in memory: tests/fake_call.c), holding one job FUZZ_JOB of world 1 with rank 0
+ * thread, calls in memory: tests/support/fake_call.c), holding one job FUZZ_JOB of world 1 with rank 0
  * joined as FUZZ_INC and three tensors set to known values; and a snapshot of everything a
  * refused request must leave as it was. Header-only, for the targets that drive the core. */
 #ifndef GA_FUZZ_CORE_H

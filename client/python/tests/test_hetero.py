@@ -1,5 +1,5 @@
 """Heterogeneous clients (docs/design.md, "The path of a push"): two C workers
-(tests/hetero_worker.c, codecs 2bit and topk) and two Python workers (fp16; none plus the
+(tests/support/hetero_worker.c, codecs 2bit and topk) and two Python workers (fp16; none plus the
 automatic 2bit threshold) train ONE job and end with bit-identical parameters. The model and its
 gradient are implemented twice, in C and here, with the same integer hash and the same float32
 operations."""

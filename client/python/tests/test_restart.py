@@ -3,7 +3,7 @@ or SIGKILL at a random moment of training (mid push, mid step close, mid pull), 
 started again on the same address and data dir after a random pause. The workers go on by
 themselves and end bit for bit where a run without a restart ends, with no version lost:
 Python ranks (gradagg.torch.DistributedOptimizer, several buckets, each its own job) and C
-ranks (tests/fault_worker.c, processes). Trials are seeded by their index
+ranks (tests/support/fault_worker.c, processes). Trials are seeded by their index
 (GRADAGG_RESTART_TRIALS of each kind; the soak stage runs more)."""
 from __future__ import annotations
 

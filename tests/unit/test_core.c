@@ -1253,7 +1253,7 @@ static void test_await_init(void **state)
     ga_call *parked = await_init(&h, "j", 1, 101, &later, 1);
     expect_ack(push_step(&h, "j", &wl, 0, 0, 0), 0, false, 0);
     done(await_init(&h, "j", 2, 102, &later, 1), GA_E_JOB_CONFIG);
-    /* A wrong shape is refused (before the first push it would fail the job: test_client). */
+    /* A wrong shape is refused (before the first push it would fail the job: test_sdk_server). */
     const init_spec flat = {"w", {2500, 0}, 1, 0, 0, NULL};
     done(await_init(&h, "j", 2, 102, &flat, 1), GA_E_SHAPE);
     assert_false(parked->finished);

@@ -1,6 +1,6 @@
 /* An in-process stand-in for client/rpc_client.h: a tiny single-job aggregator behind the same
  * calls, with injected faults, so the SDK's retry, fold-back and pull logic can be tested
- * deterministically without a network (tests/test_sdk.c). Messages cross it packed, as on the
+ * deterministically without a network (tests/unit/test_sdk.c). Messages cross it packed, as on the
  * wire. Not the real server: it sums in arrival order and keeps no checkpoints.
  * Thread-safe: one lock; a pull waits on a condition variable. */
 #ifndef GA_FAKE_SERVER_H

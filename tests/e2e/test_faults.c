@@ -12,7 +12,7 @@
  *    journal that cannot take a push refuses it (GA_E_IO, never acknowledged), the server is
  *    SIGKILLed while the disk is full and restarted once space is back, and nothing
  *    acknowledged is lost.
- * The server restarted mid-step from its checkpoint is test_restart's. */
+ * The server restarted mid-step from its checkpoint is test_kill_restart's. */
 #define _GNU_SOURCE /* mkdtemp, accept4, pipe2 */
 #include <dirent.h>
 #include <errno.h>

@@ -77,7 +77,7 @@ static void colocated_fp32_is_the_ring(void **state)
 }
 
 /* Shards on their own nodes: push then pull is twice the parameter-server bound; lanes overlap
- * all but a window's share (a quarter of the lanes) of the shorter phase. */
+ * all but a window's share (max(2, a quarter of the lanes)) of the shorter phase. */
 static void own_shards_are_twice_the_ps_bound(void **state)
 {
     (void)state;
@@ -94,6 +94,15 @@ static void own_shards_are_twice_the_ps_bound(void **state)
     s.lanes = 16;
     assert_int_equal(plan_estimate_step(&s, &free_costs, &e, msg, sizeof msg), 0);
     assert_close(e.step_s, ps * (1 + 4.0 / 16));
+    s.lanes = 4; /* the window is at least 2 lanes: half of the shorter phase stays exposed */
+    assert_int_equal(plan_estimate_step(&s, &free_costs, &e, msg, sizeof msg), 0);
+    assert_close(e.step_s, ps * (1 + 2.0 / 4));
+    s.lanes = 2; /* no more lanes than the window: push, then pull */
+    assert_int_equal(plan_estimate_step(&s, &free_costs, &e, msg, sizeof msg), 0);
+    assert_close(e.step_s, 2 * ps);
+    s.lanes = 32; /* 4 shards x 32 lanes: more streams than a client holds */
+    assert_int_equal(plan_estimate_step(&s, &free_costs, &e, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "at most 64"));
     /* 2bit both ways: a sixteenth of the bytes. */
     s.lanes = 1, s.push = s.pull = GA_CODEC_2BIT;
     assert_int_equal(plan_estimate_step(&s, &free_costs, &e, msg, sizeof msg), 0);

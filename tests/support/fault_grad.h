@@ -1,4 +1,4 @@
-/* The gradients of the fault and soak workers (tests/fault_worker.c, tests/soak_client.c) and
+/* The gradients of the fault and soak workers (tests/support/fault_worker.c, tests/support/soak_client.c) and
  * of the tests that check them: values in {-1, 0, 1}, so every sum is an exact integer in fp32
  * and the codecs none, fp16, bf16 and 2bit (threshold 1) carry them without loss.
  *

@@ -533,7 +533,7 @@ ga_status ga_channel_create(const char *target, size_t max_message_bytes, ga_cha
 ga_status ga_channel_create_secure(const char *target, size_t max_message_bytes, const ga_channel_security *sec,
                                    ga_channel **out, char *why, size_t cap)
 {
-    (void)sec; /* no TLS and no tokens in memory: tests/test_security.c covers them */
+    (void)sec; /* no TLS and no tokens in memory: tests/e2e/test_security.c covers them */
     (void)why;
     (void)cap;
     return ga_channel_create(target, max_message_bytes, out);
