@@ -1,4 +1,4 @@
-/* Shard discovery (docs/protocol.md, "Shard discovery"): the SDK's server option may name a
+/* Shard discovery (docs/sdk.md, "Shard discovery"): the SDK's server option may name a
  * whole shard set by one DNS name, "shards://NAME:PORT" (a Kubernetes headless Service), and the
  * SDK finds every shard and its index from the servers behind it (their ShardInfo). */
 #ifndef GA_DISCOVER_H

@@ -76,7 +76,7 @@ typedef struct ga_client_options {
                                   the longest wait between reconnection attempts of a channel */
     uint32_t backoff_max_ms;
     int threads;               /* encode/decode threads; 0 = all */
-    /* Security (docs/protocol.md, "Security"). The PEM files are read and checked at create
+    /* Security (docs/sdk.md, "Security"). The PEM files are read and checked at create
      * (a missing or invalid one fails it with a message); the token is copied. */
     const char *tls_ca_file;     /* PEM roots the server's certificate must chain to; NULL = plaintext */
     const char *tls_cert_file;   /* client certificate chain (PEM) for mutual TLS; NULL = none */
@@ -86,13 +86,13 @@ typedef struct ga_client_options {
                                     by address); NULL = that host */
     const char *auth_token;      /* the job's bearer token, sent as "authorization: Bearer <token>"
                                     with every call; NULL = none */
-    /* Sharding (docs/protocol.md, "Sharding"): `server` may list several addresses,
+    /* Sharding (docs/sdk.md, "Sharding"): `server` may list several addresses,
      * "h1:p1,h2:p2,...", the shards (independent servers), in the same order on every rank. A
      * tensor of at least this many elements is cut into one range per shard; smaller ones go
      * whole to one shard. 0 = never cut. Every rank must pass the same value.
      * GA_CLIENT_OPTIONS_INIT: 1 << 20 (a 4 MiB fp32 tensor is worth pushing in parallel). */
     uint64_t shard_split_elements;
-    /* Lanes (docs/protocol.md, "Lanes"): each address of `server` carries this many independent
+    /* Lanes (docs/sdk.md, "Lanes"): each address of `server` carries this many independent
      * jobs over one connection, "<job>" and "<job>/lane<k>" for k >= 1, which the SDK places
      * tensors on as it does on shards (a large tensor is cut into one range per lane). A step
      * pushes the lanes one after another and pulls each as soon as its push is in, so the pulls
@@ -109,7 +109,7 @@ typedef struct ga_client_options {
     float pull_auto_bits;
     /* How long a call that keeps failing with a retryable status (max_retries) is retried,
      * counted from its first failure: what a server's restart may take, a rescheduled pod
-     * included (docs/protocol.md, "Retries"). 0 = max_retries alone bounds them.
+     * included (docs/sdk.md, "Retries"). 0 = max_retries alone bounds them.
      * GA_CLIENT_OPTIONS_INIT: GA_RETRY_BUDGET_MS. */
     uint32_t retry_budget_ms;
     /* A job of this name that finished (every rank left as finished) goes on from where it
@@ -315,7 +315,7 @@ ga_status ga_client_init(ga_client *c);
  * Sync mode pushes the job's open step; async mode pushes a per-worker counter and pulls the
  * version the push acknowledgement names. With several shards these rules hold per shard for its
  * pieces; when a step reached some shards and not others, the next call pulls the first and
- * pushes to the others alone (docs/protocol.md, "Sharding"). */
+ * pushes to the others alone (docs/sdk.md, "Sharding"). */
 ga_status ga_client_step(ga_client *c, const float *const *grads);
 
 /* Asynchronous steps: ga_client_step run on the client's own step thread (made at the first

@@ -1,7 +1,7 @@
 /* Where a tensor lives when a job is spread over several shards (independent gradagg-servers):
  * a large tensor is cut into contiguous aligned ranges, one per shard, a small one goes whole to
  * the shard its name hashes to. Pure functions: every rank computes the same placement from the
- * same inputs (docs/protocol.md, "Sharding"). */
+ * same inputs (docs/sdk.md, "Sharding"). */
 #ifndef GA_PLACEMENT_H
 #define GA_PLACEMENT_H
 

@@ -25,7 +25,7 @@ static ga_status shard_set(ga_client *c, ga_shard *sh, const char *addr, size_t 
 
 /* A step keeps a quarter of an address's lanes (at least 2) between their push and their pull:
  * lane k's step closes only once every rank's lane-k push is in, so a rank that ran further
- * ahead would take the shard's link from the pushes the next close waits on (docs/protocol.md,
+ * ahead would take the shard's link from the pushes the next close waits on (docs/sdk.md,
  * "Lanes"). */
 static uint32_t lane_window(uint32_t lanes)
 {

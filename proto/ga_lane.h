@@ -1,8 +1,9 @@
 /* Lanes: the independent sub-jobs one SDK client keeps on each server so that a step's pushes
- * and pulls overlap on the link (docs/protocol.md, "Lanes"). Lane 0 of job J is J itself; lane
+ * and pulls overlap on the link (docs/sdk.md, "Lanes"). Lane 0 of job J is J itself; lane
  * k >= 1 is the job named "J/lane<k>". To the server a lane is a job like any other (its own
  * steps, versions, checkpoints and metrics), except that a bearer token of J also grants its
- * lanes. The naming is part of the wire contract, so the SDK and the server share it here. */
+ * lanes. The naming is part of the wire contract (docs/protocol.md, "Lanes"), so the SDK and
+ * the server share it here. */
 #ifndef GA_LANE_H
 #define GA_LANE_H
 

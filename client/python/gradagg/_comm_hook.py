@@ -6,7 +6,7 @@
 
 Each DDP bucket (its flat gradient buffer) is one tensor of a reduce-only job (optimizer
 "reduce": every version the server publishes is the step's mean gradient), on lane k of `job`
-for the k-th distinct bucket the hook sees (docs/protocol.md, "DDP comm hook"). The hook starts
+for the k-th distinct bucket the hook sees (docs/sdk.md, "DDP comm hook"). The hook starts
 the bucket's step (Client.step_start: encode with the bucket's codec and error feedback, push,
 pull the mean) and returns a future that a waiter thread completes with the mean gradient, so
 DDP goes on with backward meanwhile; the model's own optimizer then applies it, as with DDP's

@@ -341,9 +341,9 @@ class Client:
     GRADAGG_SERVER, ...: gradagg.launch, docs/launch.md), as do auth_token and the TLS files.
     server may name several shards, "h1:p1,h2:p2" or a sequence of addresses, in the same order
     on every rank: tensors of at least shard_split_elements elements are cut into one range per
-    shard (0 = never), smaller ones go whole to one shard (docs/protocol.md, "Sharding").
+    shard (0 = never), smaller ones go whole to one shard (docs/sdk.md, "Sharding").
     lanes: independent jobs per address that a step pushes one after another and pulls as soon
-    as each is in, so pulls overlap pushes on the link (sync only; docs/protocol.md, "Lanes").
+    as each is in, so pulls overlap pushes on the link (sync only; docs/sdk.md, "Lanes").
 
     The options and their defaults: mean=True, optimizer=None, mode="sync", deadline_ms=0,
     quorum=0, pull_codec="none", pull_threshold=None, pull_auto_bits=1.5, pull_ratio=None,

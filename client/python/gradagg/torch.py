@@ -65,7 +65,7 @@ CodecFor = Callable[[str, torch.Tensor], Optional[str]]
 #: DDP's loss in PowerSGD's number of iterations (docs/benchmarks.md, "Training"); 0.1 does.
 TOPK_TRAINING: Dict[str, Any] = dict(ratio=0.1, topk_values="fp16", topk_indices="varint")
 
-#: Buckets an optimizer may keep: bucket k is lane k of the job (docs/protocol.md, "Lanes").
+#: Buckets an optimizer may keep: bucket k is lane k of the job (docs/sdk.md, "Lanes").
 MAX_BUCKETS = 16
 
 

@@ -1,4 +1,4 @@
-"""A step closes per bucket (docs/protocol.md, "Buckets"): bucket k of a job is the server-side
+"""A step closes per bucket (docs/sdk.md, "Buckets"): bucket k of a job is the server-side
 job "<job>" (k = 0) or "<job>/lane<k>", so a bucket whose pushes are all in is summed in rank
 order, optimized and published while the later buckets of the same step still arrive, and its
 pull is answered at once. Each bucket keeps what a step guarantees: the same bits whatever the

@@ -1,4 +1,4 @@
-"""Shard discovery (docs/protocol.md, "Shard discovery"): a shard set named by one DNS name,
+"""Shard discovery (docs/sdk.md, "Shard discovery"): a shard set named by one DNS name,
 shards://NAME:PORT. Three real servers listen on 127.0.0.2-4 with one port; NAME resolves to
 all three, in an order unrelated to the shards' indices, through a hosts file that only the
 workers see: cwrap's nss_wrapper (LD_PRELOAD=libnss_wrapper.so, NSS_WRAPPER_HOSTS), which

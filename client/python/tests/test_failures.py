@@ -1,6 +1,6 @@
-"""A failed rank fails the job, loudly and fast (docs/protocol.md, "Failed ranks"): a rank that
-raises, one that ends the program with an exception, one that dies in a multiprocessing child
-(torch.multiprocessing.spawn too), one that is SIGKILLed; the other ranks'
+"""A failed rank fails the job, loudly and fast (docs/protocol.md and docs/sdk.md, "Failed
+ranks"): a rank that raises, one that ends the program with an exception, one that dies in a
+multiprocessing child (torch.multiprocessing.spawn too), one that is SIGKILLed; the other ranks'
 next call (or the one they wait in) raises RankFailedError naming the rank and why, within the
 stated bound, never after step_timeout_ms. A job with a straggler policy goes on without the
 rank instead. A rank busy longer than --rank-lost-ms between calls is not lost (heartbeats), and

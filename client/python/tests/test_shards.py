@@ -34,7 +34,7 @@ def two_servers(tmp_path: Path) -> Iterator[Tuple[Server, Server]]:
 
 
 def fnv1a(name: str) -> int:
-    """FNV-1a 64 (docs/protocol.md, "Sharding"): the oracle of which shard holds which piece."""
+    """FNV-1a 64 (docs/sdk.md, "Sharding"): the oracle of which shard holds which piece."""
     h = 0xcbf29ce484222325
     for b in name.encode():
         h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
