@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "json.h"
+#include "placement.h"
 
 typedef struct plan_args {
     plan_setup setup;
@@ -179,8 +180,8 @@ static int parse(int argc, char **argv, plan_args *a, const plan_pair_costs **ch
         else if (strcmp(k, "--server-cores") == 0) rc = whole(k, v, 1, 4096, &s->server_cores);
         else if (strcmp(k, "--relay-cores") == 0) rc = whole(k, v, 1, 4096, &s->relay_cores);
         else if (strcmp(k, "--shared-cores") == 0) rc = whole(k, v, 1, 4096, &s->shared_cores);
-        else if (strcmp(k, "--shards") == 0) rc = whole(k, v, 1, PLAN_MAX_SHARDS, &u), a->space.shards = (int)u;
-        else if (strcmp(k, "--max-shards") == 0) rc = whole(k, v, 1, PLAN_MAX_SHARDS, &a->space.max_shards);
+        else if (strcmp(k, "--shards") == 0) rc = whole(k, v, 1, GA_PLACEMENT_MAX_SHARDS, &u), a->space.shards = (int)u;
+        else if (strcmp(k, "--max-shards") == 0) rc = whole(k, v, 1, GA_PLACEMENT_MAX_SHARDS, &a->space.max_shards);
         else if (strcmp(k, "--lanes") == 0) rc = whole(k, v, 1, 64, &u), a->space.lanes = (int)u;
         else if (strcmp(k, "--codec") == 0) rc = codec_option(k, v, &s->push), have_codec = 1;
         else if (strcmp(k, "--pull-codec") == 0) rc = codec_option(k, v, &s->pull), have_pull = 1;
@@ -512,7 +513,7 @@ int cli_plan(int argc, char **argv, bool json)
     a.setup.relay_cores = 16;
     a.setup.journal = true;
     a.setup.lanes = 1;
-    a.space.max_shards = PLAN_MAX_SHARDS;
+    a.space.max_shards = GA_PLACEMENT_MAX_SHARDS;
     a.space.relays = -1;
     const plan_pair_costs *chosen[16];
     int rc = parse(argc, argv, &a, chosen);

@@ -9,8 +9,7 @@
 
 #include "plan_model.h"
 
-/* The limits of the search. */
-#define PLAN_MAX_SHARDS 64u /* a client's most shards (GA_PLACEMENT_MAX_SHARDS) */
+/* The most tensors --tensors reads. */
 #define PLAN_MAX_TENSORS 1000000u
 
 /* What the search may choose; a pinned choice is searched no further. */

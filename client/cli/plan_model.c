@@ -141,10 +141,10 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
         relay_cores = fmin(relay_cores, K / (s->relays ? nodes : 1));
         rank_share = fmin(1.0, K / s->world);
     }
-    double journal = s->journal ? 0.0 : c->journal_ns_per_byte * bp;
+    double unjournaled = s->journal ? 0.0 : c->journal_ns_per_byte * bp; /* off push_ns: checkpoint */
     double opt = c->optimizer_ns[s->optimizer];
 
-    /* The ranks (or the relays, for their node) encode the model and decode the pull. */
+    /* Every rank encodes its gradients and decodes the pull (with relays too: they push the codec). */
     double worker_cpu = pc->call_ms / 1e3 + (double)N * pc->worker_ns / 1e9;
     x.worker_s = s->worker_gpu ? pc->call_ms / 1e3 + (double)N * pc->worker_gpu_ns / 1e9 : worker_cpu / rank_share;
 
@@ -176,7 +176,7 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
 
     /* The shard: receiving, journaling, decoding and adding U pushes; then once per step the
      * optimizer, the publication and the pull's encode; then U pulls out. */
-    double push_cpu = (double)U * (pc->push_ms / 1e3 + (double)n * (pc->push_ns - journal) / 1e9);
+    double push_cpu = (double)U * (pc->push_ms / 1e3 + (double)n * (pc->push_ns - unjournaled) / 1e9);
     double step_cpu = pc->step_ms / 1e3 + (double)n * (pc->step_ns + opt) / 1e9;
     double push_dev = 0, step_dev = 0;
     if (s->server_gpu) {
