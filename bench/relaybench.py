@@ -16,7 +16,8 @@ to --link both ways: the cross-node links. Inside a node, workers reach their re
 
 Pull codecs as bench/netbench.py's rows (2bit and topk pull 2bit deltas, none and fp16 pull fp32).
 Per row: the median step (wall time of the slowest rank per step), the bytes each node's link
-carried per step (both directions), and for relay rows the ratios to flat's bytes and step for
+carried per step (both directions), the CPU seconds per step of the ranks (all of them), the
+upstream server and a relay (the mean of the two), and for relay rows the ratios to flat's bytes and step for
 the same codec, against the targets (bytes <= 1/4, step <= 0.5x).
 
   sudo /usr/bin/python3 bench/relaybench.py [--server build/release/service/gradagg-server]
@@ -42,7 +43,7 @@ sys.path.insert(0, HERE)
 import netbench  # noqa: E402
 import netbench_net as nn  # noqa: E402
 from netbench import Interrupted, machine, on_signal  # noqa: E402
-from netbench_procs import Proc, check_build  # noqa: E402
+from netbench_procs import Proc, check_build, cpu_s  # noqa: E402
 
 NODES, PER_NODE = 2, 4
 WORLD = NODES * PER_NODE
@@ -83,10 +84,10 @@ class Bench(netbench.Bench):
         a, spec = self.args, CODECS[codec]
         deadline = time.monotonic() + a.run_timeout
         upstream = f"{self.net.nodes['s0'].addr}:{UPSTREAM_PORT}"
-        self.server("upstream", "s0", upstream, [], deadline)
+        servers = {"upstream": self.server("upstream", "s0", upstream, [], deadline)}
         if relay:
             for n in range(NODES):
-                self.server(f"relay{n}", f"w{n}", f"127.0.0.1:{RELAY_PORT}",
+                servers[f"relay{n}"] = self.server(f"relay{n}", f"w{n}", f"127.0.0.1:{RELAY_PORT}",
                             ["--relay-to", upstream, "--relay-node", str(n), "--relay-nodes", str(NODES),
                              "--relay-workers", str(PER_NODE), "--relay-codec", spec["relay"]], deadline)
         job = f"rb-{codec}-{'relay' if relay else 'flat'}{'-inner' if inner else ''}"
@@ -99,7 +100,7 @@ class Bench(netbench.Bench):
                     str(a.warmup), "--steps", str(a.steps), *(spec["push"] if inner or not relay else []),
                     *spec["pull"]]
             workers.append(self.spawn_in(f"w{r}-{job}", node, argv, stdin=True))
-        return self.measure(workers, deadline)
+        return self.measure(workers, deadline, servers)
 
     def run_gloo(self) -> Dict[str, Any]:
         a = self.args
@@ -112,20 +113,32 @@ class Bench(netbench.Bench):
             "--warmup", str(a.warmup), "--steps", str(a.steps)], stdin=True) for r in range(WORLD)]
         return self.measure(ranks, deadline)
 
-    def measure(self, procs: List[Proc], deadline: float) -> Dict[str, Any]:
+    def measure(self, procs: List[Proc], deadline: float, servers: Dict[str, Proc] = None) -> Dict[str, Any]:
+        """The median step, the links' bytes per step, and the CPU seconds per step of the ranks
+        (the sum of their medians), the upstream server and each relay (over the measured steps)."""
+        servers = servers or {}
         for p in procs:
             p.next_event(deadline)  # "warm"
         before = self.net.counters()
+        cpu0 = {name: cpu_s(p.pid) for name, p in servers.items()}
         for p in procs:
             p.send("go")
         reports = [p.next_event(deadline) for p in procs]
+        cpu1 = {name: cpu_s(p.pid) for name, p in servers.items()}
         after = self.net.counters()
         steps = self.args.steps
         walls = [max(rep["steps"][i]["wall_s"] for rep in reports) for i in range(steps)]
         link = {n: sum(after[n][k] - before[n][k] for k in (0, 1)) / steps for n in ("w0", "w1", "s0")}
         self.stop_all()
-        return {"step_s": statistics.median(walls), "node_link_bytes": (link["w0"] + link["w1"]) / NODES,
-                "server_link_bytes": link["s0"]}
+        row = {"step_s": statistics.median(walls), "node_link_bytes": (link["w0"] + link["w1"]) / NODES,
+               "server_link_bytes": link["s0"],
+               "workers_cpu_s_per_step": sum(statistics.median(s["cpu_s"] for s in rep["steps"]) for rep in reports)}
+        if "upstream" in servers:
+            row["server_cpu_s_per_step"] = (cpu1["upstream"] - cpu0["upstream"]) / steps
+        relays = [(cpu1[n] - cpu0[n]) / steps for n in servers if n.startswith("relay")]
+        if relays:
+            row["relay_cpu_s_per_step"] = statistics.mean(relays)
+        return row
 
     def row(self, name: str, fn) -> Dict[str, Any]:
         self.row_id += 1
@@ -141,6 +154,10 @@ def line(row: Dict[str, Any]) -> str:
         return f"{row['system']:<19} FAILED: {row['error']}"
     out = (f"{row['system']:<19} step {row['step_s'] * 1e3:9.1f} ms   node link {row['node_link_bytes'] / 1e6:9.3f} "
            f"MB/step   server link {row['server_link_bytes'] / 1e6:9.3f} MB/step")
+    if "server_cpu_s_per_step" in row:
+        out += (f"   CPU/step: ranks {row['workers_cpu_s_per_step'] * 1e3:.1f} ms, server "
+                f"{row['server_cpu_s_per_step'] * 1e3:.1f} ms"
+                + (f", a relay {row['relay_cpu_s_per_step'] * 1e3:.1f} ms" if "relay_cpu_s_per_step" in row else ""))
     if "bytes_ratio" in row:
         out += (f"   vs flat: bytes {row['bytes_ratio']:.3f} (target <= 0.25 {'met' if row['bytes_met'] else 'MISSED'})"
                 f", step {row['step_ratio']:.3f} (target <= 0.5 {'met' if row['step_met'] else 'MISSED'})")

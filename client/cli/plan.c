@@ -339,7 +339,9 @@ static void print_table(const plan_args *a, const plan_setup *s, const plan_esti
            max_stream_mb(e), in->server_cores, s->server_gpu ? " --backend cuda" : "");
     if (streams_setting(e)) printf(" --max-streams-per-job %u", streams_setting(e));
     printf("; container memory %u Gi\n", memory_limit_gib(mb));
-    printf("  per worker node: %.1f MB per step on its link\n", e->worker_link_mb);
+    printf("  per rank: %.1f ms CPU per step%s", e->rank_cpu_s * 1e3, s->worker_gpu ? " on the host" : "");
+    if (s->relays) printf("; per relay: %.1f ms CPU per step", e->relay_cpu_s * 1e3);
+    printf("\n  per worker node: %.1f MB per step on its link\n", e->worker_link_mb);
     printf("  DDP ring all-reduce (fp32): %.1f ms (%.2fx this step); parameter-server bound of this codec: %.1f ms\n",
            e->ring_s * 1e3, e->step_s > 0 ? e->ring_s / e->step_s : 0.0, e->ps_bound_s * 1e3);
 }
@@ -396,6 +398,8 @@ static void json_estimate(json *j, const plan_setup *s, const plan_estimate *e)
     json_uint(j, "upstream_ranks", e->upstream_ranks);
     json_uint(j, "share_elements", e->share_elements);
     json_double(j, "shard_cpu_s", e->shard_cpu_s);
+    json_double(j, "rank_cpu_s", e->rank_cpu_s);
+    if (s->relays) json_double(j, "relay_cpu_s", e->relay_cpu_s);
     json_double(j, "shard_link_mb", e->shard_link_mb);
     json_double(j, "worker_link_mb", e->worker_link_mb);
     json_double(j, "shard_rss_mib", e->shard_rss_mib);

@@ -144,18 +144,28 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
     double unjournaled = s->journal ? 0.0 : c->journal_ns_per_byte * bp; /* off push_ns: checkpoint */
     double opt = c->optimizer_ns[s->optimizer];
 
-    /* Every rank encodes its gradients and decodes the pull (with relays too: they push the codec). */
-    double worker_cpu = pc->call_ms / 1e3 + (double)N * pc->worker_ns / 1e9;
-    x.worker_s = s->worker_gpu ? pc->call_ms / 1e3 + (double)N * pc->worker_gpu_ns / 1e9 : worker_cpu / rank_share;
+    /* Every rank encodes its gradients and decodes the pull (with relays too: they push the codec),
+     * and pushes to and pulls from each of its placements, a call each: the S x L shards and
+     * lanes, or with relays its relay's L lanes (each lane a job the relay carries upstream). */
+    double placements = (double)s->shards * lanes, call_s = pc->call_ms / 1e3;
+    double coding_s = (double)N * pc->worker_ns / 1e9;
+    double calls_s = (s->relays ? lanes : placements) * call_s;
+    double worker_cpu = calls_s + coding_s;
+    x.worker_s = s->worker_gpu ? calls_s + (double)N * pc->worker_gpu_ns / 1e9 : worker_cpu / rank_share;
+    x.rank_cpu_s = s->worker_gpu ? calls_s : worker_cpu;
 
     /* Relays: the node's G ranks push the job's codec into it and take its pulls over the node's
-     * own path; the relay receives and sums their pushes as a shard does, encodes the node's sum
-     * as a rank does, and passes the upstream's pull on byte for byte. */
+     * own path; the relay receives and sums their pushes and closes the node's step as a shard
+     * does, per lane (no optimizer; its publication decodes the pulled version where a shard's
+     * encodes it), encodes the node's sum and pulls as a rank does, and passes the pull on byte
+     * for byte. */
     double relay_cpu = 0;
     if (s->relays) {
-        relay_cpu = (pc->step_ms + G * pc->push_ms) / 1e3 + (double)N * G * pc->push_ns / 1e9 + worker_cpu;
+        relay_cpu = lanes * (pc->step_ms + G * pc->push_ms) / 1e3 + (double)N * (G * pc->push_ns + pc->step_ns) / 1e9;
+        relay_cpu += placements * call_s + coding_s; /* its uplink: a rank of the upstream job */
         double inner_wire = over((double)G * N * bp, Li) + over((double)G * N * bl, Li);
         x.relay_s = fmax(inner_wire, relay_cpu / relay_cores);
+        x.relay_cpu_s = relay_cpu;
     }
 
     /* Bytes on the links per step, each direction. */
@@ -175,16 +185,17 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
     x.shard_link_mb = fmax(s_push, s_pull) / 1e6;
 
     /* The shard: receiving, journaling, decoding and adding U pushes; then once per step the
-     * optimizer, the publication and the pull's encode; then U pulls out. */
-    double push_cpu = (double)U * (pc->push_ms / 1e3 + (double)n * (pc->push_ns - unjournaled) / 1e9);
-    double step_cpu = pc->step_ms / 1e3 + (double)n * (pc->step_ns + opt) / 1e9;
+     * optimizer, the publication and the pull's encode; then U pulls out. Each of its L lanes is
+     * a job of its own: L pushes per rank and L step closes, each with its fixed cost. */
+    double push_cpu = (double)U * (lanes * pc->push_ms / 1e3 + (double)n * (pc->push_ns - unjournaled) / 1e9);
+    double step_cpu = lanes * pc->step_ms / 1e3 + (double)n * (pc->step_ns + opt) / 1e9;
     double push_dev = 0, step_dev = 0;
     if (s->server_gpu) {
         /* the receive and the journal stay on the host: push_cpu as measured on the CPU backend,
          * whose decode and sum (under a quarter of push_ns) it keeps as a margin */
         push_dev = (double)U * n * pc->cuda_push_ns / 1e9;
         step_dev = (double)n * pc->cuda_step_ns / 1e9;
-        step_cpu = pc->step_ms / 1e3;
+        step_cpu = lanes * pc->step_ms / 1e3;
     }
     x.shard_cpu_s = push_cpu + step_cpu;
     /* Every push is on the journal's disk before its ack; on one machine all shards share one. */

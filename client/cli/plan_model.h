@@ -98,6 +98,8 @@ typedef struct plan_estimate {
     uint64_t elements;         /* N */
     uint64_t share_elements;   /* n: the most loaded shard's elements */
     double shard_cpu_s;        /* the most loaded shard's CPU per step */
+    double rank_cpu_s;         /* a rank's CPU per step on the host (CPU gradients; its calls only on a GPU) */
+    double relay_cpu_s;        /* a relay's CPU per step (relays only) */
     double worker_link_mb;     /* per step, the busier direction of a worker node's link */
     double shard_link_mb;      /* per step, the busier direction of a shard's link */
     double shard_rss_mib;      /* the most loaded shard's resident memory, expected */

@@ -139,8 +139,26 @@ static void cpu_terms_follow_the_formula(void **state)
     assert_close(e.shard_cpu_s, push + step);
     assert_close(e.push_s, push / 4);
     assert_close(e.close_s, step / 4);
-    assert_close(e.worker_s, 0.25e-3 + N * 2.0e-9);
+    /* a rank: a call per shard (2), then its encode and decode of the whole model */
+    assert_close(e.worker_s, 2 * 0.25e-3 + N * 2.0e-9);
+    assert_close(e.rank_cpu_s, e.worker_s);
     assert_close(e.step_s, e.worker_s + e.push_s + e.close_s + e.pull_s);
+    /* four lanes: each a job of its own, so the fixed parts count four times, the per-element
+     * parts once; the rank makes a call per shard and lane */
+    s.lanes = 4;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.shard_cpu_s, push + 8 * 3 * 0.5e-3 + step + 3 * 2.0e-3);
+    assert_close(e.rank_cpu_s, 8 * 0.25e-3 + N * 2.0e-9);
+    s.lanes = 1;
+    /* relays of 4 ranks: a rank calls its relay only; the relay receives its node's pushes and
+     * closes its step as a shard does (no optimizer), over the whole model, and calls the 2
+     * shards and encodes as a rank does */
+    s.ranks_per_node = 4, s.relays = true;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.rank_cpu_s, 0.25e-3 + N * 2.0e-9);
+    assert_close(e.relay_cpu_s, 2.0e-3 + 4 * 0.5e-3 + N * (4 * 1.0 + 3.0) * 1e-9 + 2 * 0.25e-3 + N * 2.0e-9);
+    assert_close(e.shard_cpu_s, 2 * (0.5e-3 + n * 1.0e-9) + step);
+    s.ranks_per_node = 1, s.relays = false;
     /* twice the ranks: twice the per-push part */
     s.world = 16;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);

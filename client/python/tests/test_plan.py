@@ -78,6 +78,8 @@ def test_compression_shards_and_relays_move_the_bytes_they_should() -> None:
     assert relayed["shard_link_mb"] == pytest.approx(flat["shard_link_mb"] / 8)
     assert flat["worker_link_mb"] == pytest.approx(8 * relayed["worker_link_mb"])  # 8 ranks share a node's link
     assert relayed["phases_s"]["relay"] > 0 and flat["phases_s"]["relay"] == 0
+    # a relay's CPU: more than a rank's (it also receives and sums its node's pushes); none flat
+    assert relayed["relay_cpu_s"] > relayed["rank_cpu_s"] > 0 and "relay_cpu_s" not in flat
 
 
 def test_search_takes_the_fewest_shards_that_meet_the_target() -> None:
@@ -144,8 +146,8 @@ def test_tensor_lists(tmp_path: Path) -> None:
 
 
 def test_the_model_predicts_the_measured_runs() -> None:
-    """bench/modelcheck.py: every recorded run within 40 % of the model's prediction and three in
-    four within 20 % (docs/scaling.md, "Validation")."""
+    """bench/modelcheck.py on the recorded runs (bench/modelcheck_runs.json): its gates, as
+    docs/scaling.md ("Validation") states them."""
     r = subprocess.run([sys.executable, str(REPO / "bench" / "modelcheck.py"), "--gradagg",
                         str(build_dir() / "client" / "gradagg")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
