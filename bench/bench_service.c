@@ -4,9 +4,13 @@
  * step time and its split (encode, push = transfer + server receive, server decode+sum, server
  * optimizer + publish, pull, client apply), the server's CPU seconds per step and the ratio of
  * gloo's step time to ours (> 1 = faster than gloo). Then a 1 KB tensor round trip p50/p99.
+ * With --backends cpu,cuda every configuration runs on a CPU-backed and on a CUDA-backed server
+ * (GRADAGG_BACKEND; other GRADAGG_* settings pass through too): the CUDA step over the CPU step
+ * per codec, and whether both left rank 0 bit-identical parameters.
  *
  * Usage: bench_service --server BIN [--world 4] [--elements 25000000] [--steps 4]
- *                      [--gloo bench/gloo_allreduce.py] [--json FILE] */
+ *                      [--backends cpu[,cuda]] [--gloo bench/gloo_allreduce.py|none]
+ *                      [--python /usr/bin/python3] [--only LABEL] [--json FILE] */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ftw.h>
@@ -27,7 +31,8 @@
 #include "gradagg.h"
 #include "rpc_client.h"
 
-#define MAX_WORLD 16
+#define MAX_WORLD 64
+#define MAX_BACKENDS 2
 #define MAX_STEPS 64
 
 static double now_s(void)
@@ -74,7 +79,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-static int server_start(const char *bin, server_proc *out)
+static int server_start(const char *bin, const char *backend, server_proc *out)
 {
     int fds[2];
     if (pipe(fds) != 0) return -1;
@@ -88,6 +93,7 @@ static int server_start(const char *bin, server_proc *out)
         close(fds[1]);
         /* GRADAGG_LOG_LEVEL (default warn here) and other GRADAGG_* settings pass through. */
         setenv("GRADAGG_LOG_LEVEL", getenv("GRADAGG_LOG_LEVEL") ? getenv("GRADAGG_LOG_LEVEL") : "warn", 1);
+        if (backend) setenv("GRADAGG_BACKEND", backend, 1);
         execl(bin, bin, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", out->dir,
               (char *)NULL);
         _exit(127);
@@ -208,14 +214,23 @@ typedef struct worker_report {
     int steps;
     double step_s[MAX_STEPS], encode_s[MAX_STEPS], push_s[MAX_STEPS], pull_s[MAX_STEPS], decode_s[MAX_STEPS];
     uint64_t bytes_pushed, bytes_pulled;
+    uint64_t params_hash; /* FNV-1a of the parameters after the last step */
     char error[256];
 } worker_report;
 
 typedef struct bench_args {
-    const char *server_bin, *gloo, *json;
+    const char *server_bin, *gloo, *python, *json;
     int world, steps;
     size_t elements;
 } bench_args;
+
+static uint64_t fnv1a(const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 static ga_codec_params codec_params(ga_codec_id codec, float threshold, float ratio)
 {
@@ -280,6 +295,7 @@ static void worker_main(const bench_args *a, const bench_config *c, const char *
                 rep.bytes_pulled = st.bytes_pulled;
                 rep.steps = s + 1;
             }
+            if (rc == GA_OK) rep.params_hash = fnv1a(params, a->elements * sizeof(float));
         }
         if (rc != GA_OK) snprintf(rep.error, sizeof rep.error, "%s: %s", ga_status_name(rc), ga_client_error(cl));
     }
@@ -308,14 +324,15 @@ static int read_full(int fd, void *buf, size_t len)
 }
 
 typedef struct config_result {
+    bool ran;
     double step, encode, push, accumulate, apply, pull, decode, server_cpu;
-    uint64_t bytes_pushed, bytes_pulled;
+    uint64_t bytes_pushed, bytes_pulled, params_hash;
 } config_result;
 
-static int run_config(const bench_args *a, const bench_config *c, int index, config_result *res)
+static int run_config(const bench_args *a, const bench_config *c, const char *backend, int index, config_result *res)
 {
     server_proc srv;
-    if (server_start(a->server_bin, &srv) != 0) {
+    if (server_start(a->server_bin, backend, &srv) != 0) {
         fprintf(stderr, "bench_service: cannot start %s\n", a->server_bin);
         return -1;
     }
@@ -385,6 +402,8 @@ static int run_config(const bench_args *a, const bench_config *c, int index, con
     res->server_cpu = (cpu1 - cpu0) / a->steps;
     res->bytes_pushed = reps[0].bytes_pushed;
     res->bytes_pulled = reps[0].bytes_pulled;
+    res->params_hash = reps[0].params_hash;
+    res->ran = true;
     return 0;
 }
 
@@ -393,7 +412,8 @@ static int run_config(const bench_args *a, const bench_config *c, int index, con
 static double gloo_median(const bench_args *a)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s --world %d --elements %zu --steps %d", a->gloo, a->world,
+    if (!strcmp(a->gloo, "none")) return NAN;
+    snprintf(cmd, sizeof cmd, "%s %s --world %d --elements %zu --steps %d", a->python, a->gloo, a->world,
              a->elements, a->steps);
     FILE *p = popen(cmd, "r");
     if (!p) return NAN;
@@ -412,7 +432,7 @@ static double gloo_median(const bench_args *a)
 static int small_round_trip(const bench_args *a, double *p50, double *p99)
 {
     server_proc srv;
-    if (server_start(a->server_bin, &srv) != 0) return -1;
+    if (server_start(a->server_bin, NULL, &srv) != 0) return -1;
     char target[64], err[256];
     snprintf(target, sizeof target, "127.0.0.1:%d", srv.port);
     int rc = -1;
@@ -462,25 +482,44 @@ static int small_round_trip(const bench_args *a, double *p50, double *p99)
     return 0;
 }
 
+/* A JSON number, or null for NaN (no peer measured). */
+static void json_number(FILE *f, const char *key, double v)
+{
+    if (isnan(v)) fprintf(f, "\"%s\": null", key);
+    else fprintf(f, "\"%s\": %.6f", key, v);
+}
+
 int main(int argc, char **argv)
 {
-    bench_args a = {NULL, "bench/gloo_allreduce.py", NULL, 4, 4, 25000000};
+    bench_args a = {NULL, "bench/gloo_allreduce.py", "/usr/bin/python3", NULL, 4, 4, 25000000};
     const char *only = NULL; /* run only the configurations whose label starts with this */
+    const char *backend_list = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--server") && i + 1 < argc) a.server_bin = argv[++i];
         else if (!strcmp(argv[i], "--gloo") && i + 1 < argc) a.gloo = argv[++i];
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc) a.python = argv[++i];
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) a.json = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--backends") && i + 1 < argc) backend_list = argv[++i];
         else if (!strcmp(argv[i], "--world") && i + 1 < argc) a.world = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) a.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--elements") && i + 1 < argc) a.elements = (size_t)strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: bench_service --server BIN [--world W] [--elements N] [--steps S] [--gloo PY] [--json FILE]\n");
+            fprintf(stderr, "usage: bench_service --server BIN [--world W] [--elements N] [--steps S] "
+                            "[--backends cpu[,cuda]] [--gloo PY|none] [--python PY] [--only LABEL] [--json FILE]\n");
             return 2;
         }
     }
     if (!a.server_bin || a.world < 1 || a.world > MAX_WORLD || a.steps < 1 || a.steps > MAX_STEPS || !a.elements) {
         fprintf(stderr, "bench_service: need --server, 1 <= world <= %d, 1 <= steps <= %d\n", MAX_WORLD, MAX_STEPS);
+        return 2;
+    }
+    const char *backends[MAX_BACKENDS];
+    int nback = 0;
+    if (!strcmp(backend_list, "cpu") || !strcmp(backend_list, "cuda")) backends[nback++] = backend_list;
+    else if (!strcmp(backend_list, "cpu,cuda")) backends[0] = "cpu", backends[1] = "cuda", nback = 2;
+    else {
+        fprintf(stderr, "bench_service: --backends %s: expected cpu, cuda or cpu,cuda\n", backend_list);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -492,26 +531,41 @@ int main(int argc, char **argv)
         {"2bit, 2bit pull", GA_CODEC_2BIT, 0.001f, 0, GA_CODEC_2BIT, 0.0001f},
         {"topk 0.001", GA_CODEC_TOPK, 0, 0.001f, GA_CODEC_NONE, 0},
     };
-    const int nconf = (int)(sizeof configs / sizeof configs[0]);
-    config_result res[8];
-    printf("bench_service: W=%d workers x %zu floats (%.0f MB), %d steps each, loopback, 2 server threads\n", a.world,
-           a.elements, a.elements * 4.0 / 1e6, a.steps);
+    enum { NCONF = sizeof configs / sizeof configs[0] };
+    static config_result res[MAX_BACKENDS][NCONF];
+    printf("bench_service: W=%d workers x %zu floats (%.0f MB), %d steps each, loopback, server threads %s\n",
+           a.world, a.elements, a.elements * 4.0 / 1e6, a.steps,
+           getenv("GRADAGG_THREADS") ? getenv("GRADAGG_THREADS") : "(its default)");
     double gloo = gloo_median(&a);
     printf("gloo all_reduce fp32 (torch.distributed, same W and tensor): median %.3f s\n", gloo);
-    printf("%-16s %8s %7s %7s %8s %7s %7s %7s %9s %10s %10s %9s\n", "codec", "step s", "encode", "push", "dec+sum",
-           "optim", "pull", "apply", "srv cpu", "push MB", "pull MB", "gloo/ours");
+    printf("%-5s %-16s %8s %7s %7s %8s %7s %7s %7s %9s %10s %10s %9s\n", "back", "codec", "step s", "encode", "push",
+           "dec+sum", "optim", "pull", "apply", "srv cpu", "push MB", "pull MB", "gloo/ours");
     int failed = 0;
-    for (int i = 0; i < nconf; i++) {
+    for (int i = 0; i < NCONF; i++) {
         if (only && strncmp(configs[i].label, only, strlen(only)) != 0) continue;
-        if (run_config(&a, &configs[i], i, &res[i]) != 0) {
-            printf("%-16s failed\n", configs[i].label);
-            failed = 1;
-            continue;
+        for (int b = 0; b < nback; b++) {
+            config_result *r = &res[b][i];
+            if (run_config(&a, &configs[i], backends[b], b * NCONF + i, r) != 0) {
+                printf("%-5s %-16s failed\n", backends[b], configs[i].label);
+                failed = 1;
+                continue;
+            }
+            printf("%-5s %-16s %8.3f %7.3f %7.3f %8.3f %7.3f %7.3f %7.3f %9.3f %10.2f %10.2f %9.2f\n", backends[b],
+                   configs[i].label, r->step, r->encode, r->push, r->accumulate, r->apply, r->pull, r->decode,
+                   r->server_cpu, r->bytes_pushed / 1e6, r->bytes_pulled / 1e6, gloo / r->step);
         }
-        const config_result *r = &res[i];
-        printf("%-16s %8.3f %7.3f %7.3f %8.3f %7.3f %7.3f %7.3f %9.3f %10.2f %10.2f %9.2f\n", configs[i].label, r->step,
-               r->encode, r->push, r->accumulate, r->apply, r->pull, r->decode, r->server_cpu, r->bytes_pushed / 1e6,
-               r->bytes_pulled / 1e6, gloo / r->step);
+    }
+    /* The CUDA backend against the CPU backend, same run: the step's ratio (target <= 0.5 at
+     * W = 16 x 100M, docs/benchmarks.md) and the promise that both give the same parameters. */
+    if (nback == 2) {
+        printf("%-16s %9s %10s\n", "codec", "cuda/cpu", "same bits");
+        for (int i = 0; i < NCONF; i++) {
+            const config_result *c = &res[0][i], *g = &res[1][i];
+            if (!c->ran || !g->ran) continue;
+            bool same = c->params_hash == g->params_hash;
+            printf("%-16s %9.2f %10s\n", configs[i].label, g->step / c->step, same ? "yes" : "NO");
+            if (!same) failed = 1;
+        }
     }
     double p50 = NAN, p99 = NAN;
     if (small_round_trip(&a, &p50, &p99) == 0)
@@ -523,19 +577,29 @@ int main(int argc, char **argv)
     if (a.json) {
         FILE *f = fopen(a.json, "w");
         if (f) {
-            fprintf(f, "{\"world\": %d, \"elements\": %zu, \"steps\": %d, \"gloo_median_s\": %.6f,\n \"configs\": [\n",
-                    a.world, a.elements, a.steps, gloo);
-            for (int i = 0; i < nconf; i++) {
-                const config_result *r = &res[i];
-                fprintf(f,
-                        "  {\"codec\": \"%s\", \"step_s\": %.6f, \"encode_s\": %.6f, \"push_s\": %.6f, "
-                        "\"decode_sum_s\": %.6f, \"optimizer_s\": %.6f, \"pull_s\": %.6f, \"apply_s\": %.6f, "
-                        "\"server_cpu_s\": %.6f, \"bytes_pushed\": %llu, \"bytes_pulled\": %llu}%s\n",
-                        configs[i].label, r->step, r->encode, r->push, r->accumulate, r->apply, r->pull, r->decode,
-                        r->server_cpu, (unsigned long long)r->bytes_pushed, (unsigned long long)r->bytes_pulled,
-                        i + 1 < nconf ? "," : "");
-            }
-            fprintf(f, " ],\n \"small_p50_s\": %.9f, \"small_p99_s\": %.9f}\n", p50, p99);
+            fprintf(f, "{\"world\": %d, \"elements\": %zu, \"steps\": %d, ", a.world, a.elements, a.steps);
+            json_number(f, "gloo_median_s", gloo);
+            fprintf(f, ",\n \"configs\": [");
+            const char *sep = "\n";
+            for (int i = 0; i < NCONF; i++)
+                for (int b = 0; b < nback; b++) {
+                    const config_result *r = &res[b][i];
+                    if (!r->ran) continue;
+                    fprintf(f,
+                            "%s  {\"backend\": \"%s\", \"codec\": \"%s\", \"step_s\": %.6f, \"encode_s\": %.6f, "
+                            "\"push_s\": %.6f, \"decode_sum_s\": %.6f, \"optimizer_s\": %.6f, \"pull_s\": %.6f, "
+                            "\"apply_s\": %.6f, \"server_cpu_s\": %.6f, \"bytes_pushed\": %llu, \"bytes_pulled\": %llu, "
+                            "\"params_hash\": \"%016llx\"}",
+                            sep, backends[b], configs[i].label, r->step, r->encode, r->push, r->accumulate, r->apply,
+                            r->pull, r->decode, r->server_cpu, (unsigned long long)r->bytes_pushed,
+                            (unsigned long long)r->bytes_pulled, (unsigned long long)r->params_hash);
+                    sep = ",\n";
+                }
+            fprintf(f, "\n ],\n ");
+            json_number(f, "small_p50_s", p50);
+            fprintf(f, ", ");
+            json_number(f, "small_p99_s", p99);
+            fprintf(f, "}\n");
             fclose(f);
         }
     }

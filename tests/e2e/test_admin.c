@@ -36,6 +36,7 @@
 #include "gradagg.h"
 #include "rpc_client.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 #include "test_memory.h"
 
 extern char **environ;
@@ -262,7 +263,7 @@ static void scrape_after_steps(void **state)
 {
     (void)state;
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     snprintf(cfg.admin_listen, sizeof cfg.admin_listen, "127.0.0.1:0");
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
@@ -334,7 +335,10 @@ static void scrape_after_steps(void **state)
     assert_true(sample(m, "gradagg_rpcs_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}") == 1);
     assert_true(sample(m, "gradagg_rejected_requests_total{reason=\"unknown_job\"}") == 1);
     assert_true(sample(m, "gradagg_rejected_requests_total{reason=\"inval\"}") == 1);
-    assert_true(sample(m, "gradagg_build_info{version=\"0.1.0\",backend=\"cpu\"}") == 1);
+    char build_info[96];
+    snprintf(build_info, sizeof build_info, "gradagg_build_info{version=\"0.1.0\",backend=\"%s\"}",
+             ga_config_backend_name(ga_test_backend()));
+    assert_true(sample(m, build_info) == 1);
     assert_true(sample(m, "gradagg_memory_bytes{device=\"host\"}") > 0);
     assert_true(sample(m, "gradagg_memory_peak_bytes{device=\"host\"}") >= sample(m, "gradagg_memory_bytes{device=\"host\"}"));
     assert_true(sample(m, "process_start_time_seconds") > 1.7e9);
@@ -451,7 +455,7 @@ static void admin_port_in_use(void **state)
     socklen_t sl = sizeof sa;
     assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     snprintf(cfg.admin_listen, sizeof cfg.admin_listen, "127.0.0.1:%d", ntohs(sa.sin_port));
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);

@@ -34,6 +34,7 @@
 #include "ga_wire.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 
 #define TOK_A "alpha-0123456789abcdef"
 #define TOK_B "beta-0123456789abcdef0"
@@ -666,7 +667,7 @@ static int setup(void **state)
     snprintf(base, sizeof base, "/tmp/gradagg-malformed-XXXXXX");
     assert_non_null(mkdtemp(base));
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     cfg.admin_listen[0] = '\0';
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, base);

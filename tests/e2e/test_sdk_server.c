@@ -29,6 +29,7 @@
 #include "gradagg.h"
 #include "rpc_client.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 #include "test_memory.h"
 
 #define MAX_W 4
@@ -43,7 +44,7 @@ static int start_server(void **state)
 {
     (void)state;
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
@@ -534,7 +535,7 @@ static void join_waits_for_server(void **state)
     (void)state;
     /* A port that was free a moment ago. */
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);

@@ -34,6 +34,7 @@
 #include "server/config.h"
 #include "server/security.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 
 #define TIMEOUT_MS 10000u
 #define MSG_LIMIT (64u << 20)
@@ -136,7 +137,7 @@ typedef struct srv {
 
 static void base_config(ga_config *cfg)
 {
-    ga_config_defaults(cfg);
+    ga_test_config_defaults(cfg);
     snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg->data_dir, sizeof cfg->data_dir, F.data); /* nothing restored from an earlier server */
     cfg->admin_listen[0] = '\0'; /* another port would clash between servers */

@@ -27,6 +27,7 @@
 #include "ga_wire.h"
 #include "rpc_client.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 
 #ifndef GA_SERVER_BIN
 #error "GA_SERVER_BIN (the gradagg-server binary) must be defined by the build"
@@ -47,7 +48,7 @@ static double now_s(void)
 static ga_server *start_server(uint32_t grace_ms)
 {
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);
@@ -201,7 +202,7 @@ static void test_port_in_use(void **state)
     (void)state;
     ga_server *a = start_server(5000);
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:%d", ga_server_port(a));
     ga_test_fresh_dir(cfg.data_dir, sizeof cfg.data_dir, data_dir);

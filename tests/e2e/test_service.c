@@ -28,6 +28,7 @@
 #include "rpc_client.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "test_inproc_server.h"
 
 #define TIMEOUT_MS 10000
 
@@ -44,7 +45,7 @@ typedef struct e2e {
 static void e2e_start_on(e2e *t, uint32_t max_message_mb, ga_backend backend)
 {
     ga_config cfg;
-    ga_config_defaults(&cfg);
+    ga_test_config_defaults(&cfg);
     cfg.admin_listen[0] = '\0'; /* no admin port: tests run in parallel */
     cfg.backend = backend;
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
@@ -58,7 +59,7 @@ static void e2e_start_on(e2e *t, uint32_t max_message_mb, ga_backend backend)
 
 static void e2e_start(e2e *t, uint32_t max_message_mb)
 {
-    e2e_start_on(t, max_message_mb, GA_BACKEND_CPU);
+    e2e_start_on(t, max_message_mb, ga_test_backend());
 }
 
 static void e2e_stop(e2e *t)
