@@ -588,8 +588,8 @@ int main(int argc, char **argv)
                     fprintf(f,
                             "%s  {\"backend\": \"%s\", \"codec\": \"%s\", \"step_s\": %.6f, \"encode_s\": %.6f, "
                             "\"push_s\": %.6f, \"decode_sum_s\": %.6f, \"optimizer_s\": %.6f, \"pull_s\": %.6f, "
-                            "\"apply_s\": %.6f, \"server_cpu_s\": %.6f, \"bytes_pushed\": %llu, \"bytes_pulled\": %llu, "
-                            "\"params_hash\": \"%016llx\"}",
+                            "\"apply_s\": %.6f, \"server_cpu_s\": %.6f, \"bytes_pushed\": %llu, "
+                            "\"bytes_pulled\": %llu, \"params_hash\": \"%016llx\"}",
                             sep, backends[b], configs[i].label, r->step, r->encode, r->push, r->accumulate, r->apply,
                             r->pull, r->decode, r->server_cpu, (unsigned long long)r->bytes_pushed,
                             (unsigned long long)r->bytes_pulled, (unsigned long long)r->params_hash);
