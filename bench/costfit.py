@@ -2,9 +2,9 @@
 """Fits the cost model's CPU coefficients (docs/scaling.md, "The cost model") to scalebench
 runs, and prints them as the rows of client/cli/plan_costs.c.
 
-Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16, 256K, 1M and 4M elements
-per codec pair; none:none again with --durability checkpoint, which gives the journal's share;
-one 2bit:2bit run at W = 64), then
+Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16, 256K to 16M elements per
+codec pair, in rounds; none:none again with --durability checkpoint, which gives the journal's
+share; one 2bit:2bit run at W = 64), then
 
   /usr/bin/python3 bench/costfit.py OUT/calib/*.json
 
@@ -15,8 +15,8 @@ Per codec pair, with n the elements of the shard's share and W the ranks:
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
 Each fit minimises the relative error over the pair's runs; a coefficient that comes out
 negative is held at 0 and the rest refitted. The journal's share of push_ns is the difference
-between the server CPU of none:none's acked and checkpoint runs, per byte pushed. A configuration run
-several times is fitted as the median of its runs."""
+between the server CPU of none:none's acked and checkpoint runs, per byte pushed. A
+configuration run several times is fitted as the median of its runs."""
 import glob
 import json
 import sys

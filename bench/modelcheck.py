@@ -9,7 +9,7 @@ link), so every row here is a prediction.
 
 Without --runs it predicts the figures recorded in bench/modelcheck_runs.json (the runs of
 docs/scaling.md, "Validation"); --runs takes them from a `bench/modelrun` OUT directory (each
-figure the median of its repeats) and --record writes them there.
+figure the median of its repeats) and --record FILE writes them to FILE.
 
 Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.70), or when fewer than
 --min-within (0.60) of the rows are within --limit (0.20): the model's state as docs/scaling.md
@@ -23,7 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -35,7 +35,8 @@ VM = ["--shared-cores", "2", "--server-cores", "2", "--relay-cores", "2", "--dis
 MLP10M = 1024 * 2048 + 2048 + 2 * (2048 * 2048 + 2048) + 2048 * 10 + 10
 
 
-Pick = Callable[["Runs"], Optional[Tuple[float, List[str]]]]
+# A row's figure from the runs, with the `gradagg plan` arguments it depends on; None: not measured.
+Picked = Optional[Tuple[float, List[str]]]
 
 
 class Runs:
@@ -64,13 +65,17 @@ def one(found: List[float]) -> Optional[float]:
     return statistics.median(found) if found else None
 
 
+def median_of(found: List[float]) -> Picked:
+    """The median of a figure's repeats, for a row whose arguments do not depend on the run."""
+    return (statistics.median(found), []) if found else None
+
+
 def netbench(codec: str, pull: str, shards: int, lanes: int, link: str) -> Dict[str, Any]:
     system = {"none": "none", "2bit": "2bit-lanes" if lanes > 1 else "2bit", "topk": "topk"}[codec]
     name = "netbench_1g" if link == "1 Gbit" else "netbench_lo"
 
-    def pick(runs: Runs):
-        m = one([r["median_s"] for r in runs.rows(name) if r["system"] == system and r["shards"] == shards])
-        return None if m is None else (m, [])
+    def pick(runs: Runs) -> Picked:
+        return median_of([r["median_s"] for r in runs.rows(name) if r["system"] == system and r["shards"] == shards])
     return {"bench": "netbench", "what": f"{link} {codec}/{pull} S={shards}" + (f" {lanes} lanes" if lanes > 1 else ""),
             "field": "step_s", "pick": pick,
             "args": ["--params", "25000000", "--world", "4", "--link-gbit", "1" if link == "1 Gbit" else "0",
@@ -81,9 +86,8 @@ def relaybench(codec: str, relays: bool, field: str = "step_s") -> Dict[str, Any
     system = ("relay-" if relays else "flat-") + codec + ("-inner" if relays and codec != "none" else "")
     key = {"step_s": "step_s", "relay_cpu_s": "relay_cpu_s_per_step"}[field]
 
-    def pick(runs: Runs):
-        m = one([r[key] for r in runs.rows("relaybench") if r["system"] == system and key in r])
-        return None if m is None else (m, [])
+    def pick(runs: Runs) -> Picked:
+        return median_of([r[key] for r in runs.rows("relaybench") if r["system"] == system and key in r])
     return {"bench": "relaybench", "what": f"1 Gbit {'relays' if relays else 'flat'} {codec}"
             + (f", inner {codec}" if relays and codec != "none" else ""), "field": field, "pick": pick,
             "args": ["--params", "2500000", "--world", "8", "--ranks-per-node", "4", "--link-gbit", "1",
@@ -92,15 +96,13 @@ def relaybench(codec: str, relays: bool, field: str = "step_s") -> Dict[str, Any
 
 
 def scale(shards: int, world: int, field: str) -> Dict[str, Any]:
-    def pick(runs: Runs):
+    def pick(runs: Runs) -> Picked:
         got = [r for r in runs.ranks() if r["shards"] == shards and r["world"] == world]
         if field == "shard_cpu_s":
-            m = one([r["cpu_ms_per_rank_step_per_shard"] * world / 1e3 for r in got])
-        elif field == "rank_cpu_s":
-            m = one([r["client_cpu_ms_per_rank_step"] / 1e3 for r in got])
-        else:
-            m = one([r["peak_rss_mib_per_shard"] for r in got])
-        return None if m is None else (m, [])
+            return median_of([r["cpu_ms_per_rank_step_per_shard"] * world / 1e3 for r in got])
+        if field == "rank_cpu_s":
+            return median_of([r["client_cpu_ms_per_rank_step"] / 1e3 for r in got])
+        return median_of([r["peak_rss_mib_per_shard"] for r in got])
     return {"bench": "scalebench", "what": f"2bit/2bit 1M S={shards} W={world}", "field": field, "pick": pick,
             "args": ["--params", "1048576", "--world", str(world), "--link-gbit", "0", "--shards", str(shards),
                      "--lanes", "1", "--codec", "2bit", "--pull-codec", "2bit", "--optimizer", "none", *VM]}
@@ -111,9 +113,8 @@ def service(codec: str, pull: str, field: str) -> Dict[str, Any]:
              ("2bit", "2bit"): "2bit, 2bit pull"}[(codec, pull)]
     key = {"step_s": "step_s", "shard_cpu_s": "server_cpu_s"}[field]
 
-    def pick(runs: Runs):
-        m = one([c[key] for c in runs.service() if c["codec"] == label])
-        return None if m is None else (m, [])
+    def pick(runs: Runs) -> Picked:
+        return median_of([c[key] for c in runs.service() if c["codec"] == label])
     return {"bench": "bench_service", "what": f"lo {codec}/{pull}", "field": field, "pick": pick,
             "args": ["--params", "25000000", "--world", "4", "--link-gbit", "0", "--shards", "1", "--lanes", "1",
                      "--codec", codec, "--pull-codec", pull, *VM]}
@@ -124,7 +125,7 @@ def trainbench(codec: str, link: str) -> Dict[str, Any]:
     system = "gradagg-none-serial" if codec == "none" else "gradagg-2bit-2bitpull-serial"
     tb_link = "1gbit" if link == "1 Gbit" else "lo"
 
-    def pick(runs: Runs):
+    def pick(runs: Runs) -> Picked:
         rows = runs.rows("trainbench_colocate")
         floor = one([r["median_fwdbwd_s"] for r in rows if r["link"] == tb_link and r["system"] == "floor"])
         m = one([r["median_s"] for r in rows if r["link"] == tb_link and r["system"] == system])

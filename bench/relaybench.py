@@ -17,8 +17,8 @@ to --link both ways: the cross-node links. Inside a node, workers reach their re
 Pull codecs as bench/netbench.py's rows (2bit and topk pull 2bit deltas, none and fp16 pull fp32).
 Per row: the median step (wall time of the slowest rank per step), the bytes each node's link
 carried per step (both directions), the CPU seconds per step of the ranks (all of them), the
-upstream server and a relay (the mean of the two), and for relay rows the ratios to flat's bytes and step for
-the same codec, against the targets (bytes <= 1/4, step <= 0.5x).
+upstream server and a relay (the mean of the two), and for relay rows the ratios to flat's bytes
+and step for the same codec, against the targets (bytes <= 1/4, step <= 0.5x).
 
   sudo /usr/bin/python3 bench/relaybench.py [--server build/release/service/gradagg-server]
        [--link 1gbit] [--elements 2500000] [--codecs none,fp16,2bit,topk] [--steps 5] [--inner]
@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -113,7 +113,7 @@ class Bench(netbench.Bench):
             "--warmup", str(a.warmup), "--steps", str(a.steps)], stdin=True) for r in range(WORLD)]
         return self.measure(ranks, deadline)
 
-    def measure(self, procs: List[Proc], deadline: float, servers: Dict[str, Proc] = None) -> Dict[str, Any]:
+    def measure(self, procs: List[Proc], deadline: float, servers: Optional[Dict[str, Proc]] = None) -> Dict[str, Any]:
         """The median step, the links' bytes per step, and the CPU seconds per step of the ranks
         (the sum of their medians), the upstream server and each relay (over the measured steps)."""
         servers = servers or {}
