@@ -2,9 +2,9 @@
 """Fits the cost model's CPU coefficients (docs/scaling.md, "The cost model") to scalebench
 runs, and prints them as the rows of client/cli/plan_costs.c.
 
-Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16, 256K to 16M elements per
-codec pair, in rounds; none:none again with --durability checkpoint, which gives the journal's
-share; one 2bit:2bit run at W = 64), then
+Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16 at 256K to 16M elements
+per codec pair and W = 64 at 256K and 1M, in rounds; none:none again with --durability
+checkpoint, which gives the journal's share), then
 
   /usr/bin/python3 bench/costfit.py OUT/calib/*.json
 

@@ -28,9 +28,9 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-# The 2-vCPU VM: every rank, relay and shard on its 2 cores; the journal's disk as netbench's probe
-# measured it in the recorded runs (1.22 GB/s of direct writes).
-VM = ["--shared-cores", "2", "--server-cores", "2", "--relay-cores", "2", "--disk-gbyte-s", "1.22"]
+# The 2-vCPU VM: every rank, relay and shard on its 2 cores. The journal's disk is netbench's
+# probe in the same runs (Runs.disk_gbyte_s), given to every row.
+VM = ["--shared-cores", "2", "--server-cores", "2", "--relay-cores", "2"]
 # bench/trainbench_model.py mlp10m: 1024-2048-2048-2048-10.
 MLP10M = 1024 * 2048 + 2048 + 2 * (2048 * 2048 + 2048) + 2048 * 10 + 10
 
@@ -59,6 +59,11 @@ class Runs:
 
     def ranks(self) -> List[Dict[str, Any]]:
         return [r for d in self.files("scalebench") for r in d.get("ranks", [])]
+
+    def disk_gbyte_s(self) -> Optional[float]:
+        """Direct writes into the shards' data directory: the median of netbench's probes."""
+        return one([d["probes"]["disk_bytes_per_s"] / 1e9 for stem in ("netbench_lo", "netbench_1g")
+                    for d in self.files(stem) if "disk_bytes_per_s" in d.get("probes", {})])
 
 
 def one(found: List[float]) -> Optional[float]:
@@ -120,20 +125,23 @@ def service(codec: str, pull: str, field: str) -> Dict[str, Any]:
                      "--codec", codec, "--pull-codec", pull, *VM]}
 
 
-def trainbench(codec: str, link: str) -> Dict[str, Any]:
-    """--colocate, comm regime; compute: the floor's forward + backward of the same run, x cores / ranks."""
+def trainbench(codec: str, link: str, field: str = "iteration_s") -> Dict[str, Any]:
+    """--colocate, comm regime; compute: the floor's forward + backward of the same run, x cores / ranks.
+    shard_cpu_s: the four shards' CPU per iteration (over the training, evaluations included), per shard."""
     system = "gradagg-none-serial" if codec == "none" else "gradagg-2bit-2bitpull-serial"
     tb_link = "1gbit" if link == "1 Gbit" else "lo"
 
     def pick(runs: Runs) -> Picked:
         rows = runs.rows("trainbench_colocate")
         floor = one([r["median_fwdbwd_s"] for r in rows if r["link"] == tb_link and r["system"] == "floor"])
-        m = one([r["median_s"] for r in rows if r["link"] == tb_link and r["system"] == system])
+        got = [r["median_s"] if field == "iteration_s" else r["shards_cpu_s"] / r["world"]
+               for r in rows if r["link"] == tb_link and r["system"] == system]
+        m = one(got)
         if m is None or floor is None:
             return None
         return m, ["--compute-ms", f"{floor * 1e3 * 2 / 4:.1f}"]
     return {"bench": "trainbench", "what": f"mlp10m {link} {'none' if codec == 'none' else '2bit both ways'}, "
-            "colocated, serial", "field": "iteration_s", "pick": pick,
+            "colocated, serial", "field": field, "pick": pick,
             "args": ["--params", str(MLP10M), "--world", "4", "--link-gbit", "1" if link == "1 Gbit" else "0",
                      "--lanes", "1", "--codec", codec, "--pull-codec", codec, "--colocate", *VM]}
 
@@ -151,6 +159,7 @@ ROWS: List[Dict[str, Any]] = [
     *[scale(s, 64, "rank_cpu_s") for s in (1, 2, 4)],
     *[scale(s, 256, "shard_rss_mib") for s in (1, 2, 4)], scale(1, 1024, "shard_rss_mib"),
     *[trainbench(c, link) for link in ("1 Gbit", "lo") for c in ("none", "2bit")],
+    *[trainbench(c, link, "shard_cpu_s") for link in ("1 Gbit", "lo") for c in ("none", "2bit")],
 ]
 
 
@@ -165,13 +174,16 @@ def predict(gradagg: str, args: List[str]) -> Dict[str, Any]:
     return json.loads(out.stdout)["recommended"]
 
 
-def measured(a: argparse.Namespace) -> Tuple[Dict[str, Any], str]:
-    """Each row's measured figure and run-dependent arguments: from --runs (and then recorded in
-    --record), or from the recorded file."""
+def measured(a: argparse.Namespace) -> Tuple[Dict[str, Any], str, float]:
+    """Each row's measured figure and run-dependent arguments, and the disk's rate (GB/s): from
+    --runs (and then recorded in --record), or from the recorded file."""
     if not a.runs:
         rec = json.load(open(a.recorded))
-        return rec["rows"], rec["measured"]
+        return rec["rows"], rec["measured"], rec["disk_gbyte_s"]
     runs = Runs(a.runs)
+    disk = runs.disk_gbyte_s()
+    if disk is None:
+        raise RuntimeError(f"{a.runs}: no netbench run with its disk probe")
     got = {}
     for row in ROWS:
         m = row["pick"](runs)
@@ -180,9 +192,9 @@ def measured(a: argparse.Namespace) -> Tuple[Dict[str, Any], str]:
     when = a.when or "measured with bench/modelrun"
     if a.record:
         with open(a.record, "w") as f:
-            json.dump({"measured": when, "rows": got}, f, indent=1)
+            json.dump({"measured": when, "disk_gbyte_s": round(disk, 3), "rows": got}, f, indent=1)
             f.write("\n")
-    return got, when
+    return got, when, disk
 
 
 def main() -> int:
@@ -198,8 +210,8 @@ def main() -> int:
     ap.add_argument("--min-within", type=float, default=0.60)
     ap.add_argument("--json")
     a = ap.parse_args()
-    figures, when = measured(a)
-    print(f"measured: {when}\n")
+    figures, when, disk = measured(a)
+    print(f"measured: {when}; the journal's disk {disk:.2f} GB/s\n")
     results, worst = [], 0.0
     print("| benchmark | run | figure | measured | predicted | predicted / measured | bound (model) |")
     print("|---|---|---|---:|---:|---:|---|")
@@ -208,7 +220,7 @@ def main() -> int:
         if got is None:
             print(f"| {row['bench']} | {row['what']} | {row['field']} | not measured | | | |")
             continue
-        rec = predict(a.gradagg, row["args"] + got["args"])
+        rec = predict(a.gradagg, row["args"] + got["args"] + ["--disk-gbyte-s", f"{disk:.3f}"])
         p, m = rec[row["field"]], got["measured"]
         ratio = p / m
         worst = max(worst, abs(ratio - 1))

@@ -33,10 +33,11 @@ import signal
 import statistics
 import sys
 import tempfile
+import multiprocessing as mp
 import threading
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -119,6 +120,86 @@ def own_cpu_s() -> float:
     return t.user + t.system
 
 
+def rank_loop(addrs: List[str], job: str, r: int, world: int, grad: np.ndarray, steps: int, a: argparse.Namespace,
+              start: Any, end: Any) -> Tuple[List[float], float]:
+    """One rank: warm up, then the measured steps between the two barriers. Returns its step times
+    and its CPU seconds over them (meaningful in a process of its own)."""
+    params = np.zeros(a.elements, np.float32)
+    step_s: List[float] = []
+    with gradagg.Client(addrs, job, r, world, pull_codec=a.pull_codec, mean=True, threads=1, call_timeout_ms=600000,
+                        step_timeout_ms=600000) as c:
+        c.add_tensor("w", params, codec=a.codec)
+        c.init()
+        for _ in range(a.warmup):
+            c.step([grad])
+        start.wait()
+        cpu0 = own_cpu_s()
+        for _ in range(steps):
+            t0 = time.monotonic()
+            c.step([grad])
+            step_s.append(time.monotonic() - t0)
+        cpu = own_cpu_s() - cpu0
+        end.wait()
+    return step_s, cpu
+
+
+def start_ranks(addrs: List[str], job: str, world: int, grads: List[np.ndarray], steps: int,
+                a: argparse.Namespace) -> Tuple[Any, Any, Callable[[], Tuple[List[float], Optional[float]]]]:
+    """Starts the W ranks (threads of this process, or with --rank-processes processes of their
+    own); returns the two barriers and a function that waits for the ranks and gives rank 0's
+    step times and, with processes, the ranks' CPU seconds over the measured steps."""
+    if not a.rank_processes:
+        start, end = threading.Barrier(world + 1), threading.Barrier(world + 1)
+        errors: List[str] = []
+        result: Dict[int, Tuple[List[float], float]] = {}
+
+        def rank(r: int) -> None:
+            try:
+                result[r] = rank_loop(addrs, job, r, world, grads[r % len(grads)], steps, a, start, end)
+            except BaseException as e:  # noqa: BLE001 - reported, and the barriers broken
+                errors.append(f"rank {r}: {type(e).__name__}: {e}")
+                start.abort()
+                end.abort()
+        threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+        for t in threads:
+            t.start()
+
+        def finish_threads() -> Tuple[List[float], Optional[float]]:
+            for t in threads:
+                t.join(timeout=600)
+            if errors:
+                raise RuntimeError("; ".join(errors[:3]))
+            return result[0][0], None  # the caller measures this process's CPU between the barriers
+        return start, end, finish_threads
+    # Processes: each rank its own client and connection, as training processes are. Forked
+    # before this process has made any gRPC client.
+    ctx = mp.get_context("fork")
+    start, end = ctx.Barrier(world + 1), ctx.Barrier(world + 1)
+    queue = ctx.Queue()
+
+    def proc(r: int) -> None:
+        try:
+            queue.put((r, rank_loop(addrs, job, r, world, grads[r % len(grads)], steps, a, start, end), None))
+        except BaseException as e:  # noqa: BLE001 - reported, and the barriers broken
+            queue.put((r, None, f"rank {r}: {type(e).__name__}: {e}"))
+            start.abort()
+            end.abort()
+    procs = [ctx.Process(target=proc, args=(r,), daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+
+    def finish_procs() -> Tuple[List[float], Optional[float]]:
+        got = [queue.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        errors = [e for _, _, e in got if e]
+        if errors:
+            raise RuntimeError("; ".join(errors[:3]))
+        by_rank = {r: res for r, res, _ in got}
+        return by_rank[0][0], sum(res[1] for res in by_rank.values())
+    return start, end, finish_procs
+
+
 def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict[str, Any]:
     """One job of `world` ranks over `shards` servers: the measured steps' figures."""
     steps = max(a.steps, -(-a.rank_steps // world))
@@ -127,52 +208,22 @@ def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict
     job = f"scale-{shards}-{world}"
     rng = np.random.default_rng(world)
     grads = [rng.standard_normal(a.elements, dtype=np.float32) * 1e-3 for _ in range(min(world, 8))]
-    start = threading.Barrier(world + 1)
-    end = threading.Barrier(world + 1)
-    errors: List[str] = []
-    step_s: List[float] = []
-
-    def rank(r: int) -> None:
-        try:
-            params = np.zeros(a.elements, np.float32)
-            with gradagg.Client(addrs, job, r, world, pull_codec=a.pull_codec, mean=True, threads=1, call_timeout_ms=600000,
-                                step_timeout_ms=600000) as c:
-                c.add_tensor("w", params, codec=a.codec)
-                c.init()
-                g = grads[r % len(grads)]
-                for _ in range(a.warmup):
-                    c.step([g])
-                start.wait()
-                for _ in range(steps):
-                    t0 = time.monotonic()
-                    c.step([g])
-                    if r == 0:
-                        step_s.append(time.monotonic() - t0)
-                end.wait()
-        except BaseException as e:  # noqa: BLE001 - reported, and the barriers broken
-            errors.append(f"rank {r}: {type(e).__name__}: {e}")
-            start.abort()
-            end.abort()
-
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
     try:
-        for t in threads:
-            t.start()
+        start, end, finish = start_ranks(addrs, job, world, grads, steps, a)
         try:
-            start.wait()
+            start.wait(timeout=600)
             cpu0 = sum(s.cpu() for s in servers)
             own0 = own_cpu_s()
             t0 = time.monotonic()
-            end.wait()
+            end.wait(timeout=3600)
             wall = time.monotonic() - t0
             cpu1 = sum(s.cpu() for s in servers)
             own1 = own_cpu_s()
         except threading.BrokenBarrierError:
             pass
-        for t in threads:
-            t.join(timeout=600)
-        if errors:
-            raise RuntimeError("; ".join(errors[:3]))
+        step_s, client_cpu = finish()
+        if client_cpu is None:  # the ranks are this process's threads
+            client_cpu = own1 - own0
         hwm = [s.rss("VmHWM") for s in servers]
     finally:
         for s in servers:
@@ -180,11 +231,12 @@ def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict
     cpu = cpu1 - cpu0
     return {
         "shards": shards, "world": world, "elements": a.elements, "steps": steps,
+        "ranks_as": "processes" if a.rank_processes else "threads",
         "step_s": statistics.median(step_s), "wall_s": wall,
         "server_cpu_s": cpu,
         "cpu_ms_per_rank_step_per_shard": 1e3 * cpu / steps / world / shards,
         "cpu_ns_per_element": 1e9 * cpu / steps / world / a.elements,
-        "client_cpu_ms_per_rank_step": 1e3 * (own1 - own0) / steps / world,
+        "client_cpu_ms_per_rank_step": 1e3 * client_cpu / steps / world,
         "codec": a.codec, "pull_codec": a.pull_codec,
         "peak_rss_mib_per_shard": max(hwm) / MIB,
     }
@@ -254,6 +306,9 @@ def main() -> int:
                     help="measured rank-steps, at least (more steps for small W: the CPU clock ticks at 10 ms)")
     ap.add_argument("--jobs", type=int, default=1000, help="0: skip the jobs part")
     ap.add_argument("--server-args", default="", help="more gradagg-server flags for the ranks part")
+    ap.add_argument("--rank-processes", action="store_true",
+                    help="each rank a process of its own (own client and connection, as training processes are); "
+                         "default: threads of this process, whose clients share one connection per shard")
     ap.add_argument("--json", help="write every figure here")
     a = ap.parse_args()
     worlds = [int(w) for w in a.worlds.split(",")]

@@ -27,6 +27,9 @@ With --model gpt3m or gpt6m the task is a byte-level GPT trained with AdamW (par
 and cosine schedule) on the Python standard library's source (bench/trainbench_gpt.py); every
 system runs torch.optim.AdamW on the workers, gradagg's through DistributedOptimizer(optimizer=...).
 
+--device cuda trains every rank on the one GPU (DDP all-reduces CUDA gradients over gloo; gradagg
+pushes them from device memory); CPU otherwise.
+
 Needs root unless --links lo. Everything it creates is removed at the end, also on an error.
 Exit status: 0 when every row ran.
 """
@@ -182,7 +185,7 @@ class Bench:
                   str(batch_size(a.model, regime)), "--iters", str(a.iters), "--eval-every", str(a.eval_every),
                   "--seed", str(a.seed), "--lr", str(a.lr), "--momentum", str(a.momentum), "--optim", a.optim,
                   "--weight-decay", str(a.weight_decay), "--warmup", str(a.warmup), "--eval-samples",
-                  str(a.eval_samples), *sysm.flags]
+                  str(a.eval_samples), "--device", a.device, *sysm.flags]
         if sysm.needs_shard:
             common += ["--server", self.start_shards(link, deadline), "--job", f"tb-{self.row_id}"]
         if sysm.kind == "ddp":
@@ -251,6 +254,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     "then cosine to 10%% at --iters")
     ap.add_argument("--eval-samples", type=int, default=None, help="held-out samples (default 512; gpt: 128 "
                     "windows of 64 bytes)")
+    ap.add_argument("--device", default="cpu", help="where the ranks train: cpu, or cuda (every rank on the one "
+                    "GPU; gradagg pushes the gradients from device memory, DDP all-reduces them over gloo)")
     ap.add_argument("--server-arg", action="append", default=[], help="one more gradagg-server argument")
     ap.add_argument("--colocate", action="store_true",
                     help="gradagg: one shard on each worker's node (BytePS's colocated servers) instead of one "

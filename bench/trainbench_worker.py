@@ -97,6 +97,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per iteration")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: the model, the batches and the evaluation")
     ap.add_argument("--eval-samples", type=int, default=512)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -133,6 +134,11 @@ def main() -> int:
         gpt = a.model in trainbench_gpt.MODELS
         task: Any = trainbench_gpt.TextTask(a.model, a.seed, a.eval_samples) if gpt else Task(a.seed, a.eval_samples)
         model = trainbench_gpt.gpt(a.model, a.seed) if gpt else student(a.model, a.seed)
+        device = torch.device(a.device)
+        model.to(device)  # the same initial weights on every device: built on the CPU, then moved
+        task.eval_x, task.eval_y = task.eval_x.to(device), task.eval_y.to(device)
+        # A CUDA iteration is timed once its kernels have finished.
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         opt: Any
         if a.system == "gradagg":
             opt = gradagg_optimizer(a, model)
@@ -152,14 +158,17 @@ def main() -> int:
         pushed = pulled = 0
         phases_s: List[List[float]] = []  # gradagg: encode, push, wait + pull, decode; all bucket clients' sums
         for i in range(a.iters):
-            x, y = task.batch(a.rank, i, a.batch)
+            x, y = (t.to(device) for t in task.batch(a.rank, i, a.batch))
+            sync()
             c0, t0 = time.process_time(), time.perf_counter()
             opt.zero_grad(set_to_none=False)
             torch.nn.functional.cross_entropy(net(x), y).backward()
+            sync()
             fwdbwd_s.append(time.perf_counter() - t0)
             opt.step()
             if sched:
                 sched.step()
+            sync()
             iter_s.append(time.perf_counter() - t0)
             cpu_s.append(time.process_time() - c0)
             phases = [0.0] * 4

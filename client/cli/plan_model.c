@@ -233,14 +233,17 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
     }
 
     /* One machine for everything: the step cannot beat all its CPU over the cores. The step's own
-     * work keeps them only shared_busy busy (its phases wait on each other, the disk, the
-     * loopback); the ranks' compute fills those gaps when it has the CPU to. */
+     * work keeps them only busy_S busy (its phases wait on each other, the disk, the loopback);
+     * the ranks' compute fills those gaps when it has the CPU to. */
     x.iteration_s = s->compute_ms / 1e3 + x.step_s;
     if (s->shared_cores) {
         double compute_cpu = s->world * s->compute_ms / 1e3;
         double step_cpu_all = s->world * worker_cpu + s->shards * x.shard_cpu_s + (s->relays ? nodes * relay_cpu : 0);
         double K = s->shared_cores;
-        x.cpu_floor_s = fmax((compute_cpu + step_cpu_all) / K, step_cpu_all / (K * c->shared_busy));
+        /* shared_busy is one shard's; the idle share comes from each shard's serial sections (a
+         * job's tasks run one at a time): S shards run theirs side by side on up to K cores */
+        double busy = 1.0 - (1.0 - c->shared_busy) / fmin(s->shards, K);
+        x.cpu_floor_s = fmax((compute_cpu + step_cpu_all) / K, step_cpu_all / (K * busy));
         double compute_wall = fmax(s->compute_ms / 1e3, compute_cpu / K);
         x.iteration_s = compute_wall + x.step_s;
         if (x.cpu_floor_s > x.iteration_s) {

@@ -37,7 +37,7 @@ typedef struct plan_costs {
     double journal_ns_per_byte;  /* the part of push_ns that --durability checkpoint removes */
     double optimizer_ns[3];      /* per element per step, CPU, one core: none, sgd (momentum), adam */
     double link_efficiency;      /* TCP goodput ÷ link rate */
-    double shared_busy;          /* how busy shared cores stay under a step's work (0, 1] */
+    double shared_busy;          /* how busy shared cores stay under a step's work with one shard (0, 1] */
     /* Resident memory per shard: base_mib + n * 4 * (copies) + n * state + U * (n * push bytes *
      * held_factor + rank_mib). */
     double base_mib, held_factor, rank_mib;

@@ -169,6 +169,35 @@ static void cpu_terms_follow_the_formula(void **state)
     assert_non_null(strstr(msg, "GPU"));
 }
 
+/* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
+ * step's own CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
+ * each shard's serial task queue, and S shards run theirs side by side on up to K cores. */
+static void shared_cores_floor_the_iteration(void **state)
+{
+    (void)state;
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0};
+    plan_setup s = wire_only(4, 1);
+    s.push = s.pull = GA_CODEC_2BIT;
+    s.link_gbit = s.server_link_gbit = 0;
+    s.server_cores = 2, s.shared_cores = 2;
+    plan_estimate e;
+    char msg[128];
+    for (uint32_t shards = 1; shards <= 4; shards *= 2) {
+        s.shards = shards;
+        assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+        double X = 4 * e.rank_cpu_s + shards * e.shard_cpu_s;
+        double busy = 1.0 - 0.4 / (shards < 2 ? shards : 2);
+        assert_close(e.cpu_floor_s, X / (2 * busy));
+        assert_close(e.iteration_s, e.cpu_floor_s);
+        assert_int_equal(e.bound, PLAN_BOUND_CORES);
+    }
+    /* compute that fills the idle share: the floor is then all the CPU over the cores */
+    s.shards = 1, s.compute_ms = 1000;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.cpu_floor_s, (4 * 1.0 + 4 * e.rank_cpu_s + e.shard_cpu_s) / 2);
+}
+
 /* The journal's disk bounds the push phase when it is the slowest part of it. */
 static void journal_disk_bounds_pushes(void **state)
 {
@@ -301,6 +330,7 @@ int main(void)
         cmocka_unit_test(own_shards_are_twice_the_ps_bound),
         cmocka_unit_test(shares_cut_large_tensors_and_balance_small_ones),
         cmocka_unit_test(cpu_terms_follow_the_formula),
+        cmocka_unit_test(shared_cores_floor_the_iteration),
         cmocka_unit_test(journal_disk_bounds_pushes),
         cmocka_unit_test(relays_cut_the_upstream_ranks),
         cmocka_unit_test(memory_is_the_accounted_bytes),
