@@ -201,6 +201,10 @@ void ga_store_destroy(ga_store *s)
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
     ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
+    ga_store_mem_put(s, s->compute, s->keep_grad, s->keep_grad_cap);
+    ga_store_mem_put(s, s->compute, s->keep_delta, s->keep_delta_cap);
+    ga_store_mem_put(s, s->compute, s->keep_residual, s->keep_residual_cap);
+    ga_store_mem_put(s, s->compute, s->keep_payload, s->keep_payload_cap);
     ga_cuda_stream_destroy(s->ex.cuda_stream);
     ga_free(s);
 }

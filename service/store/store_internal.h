@@ -77,6 +77,12 @@ struct ga_store {
     size_t stage_cap;
     void *dev_in;
     size_t dev_in_cap;
+
+    /* The apply's per-step scratch in compute memory (store_publish.c): a block's gradient, the
+     * pull's delta, residual and payload; grown as needed, kept between steps (counted in
+     * `bytes`) so that a step writes into pages already in memory, freed with the store. */
+    void *keep_grad, *keep_delta, *keep_residual, *keep_payload;
+    size_t keep_grad_cap, keep_delta_cap, keep_residual_cap, keep_payload_cap;
 };
 
 /* Allocates bytes in `where` and counts them in s->bytes. GA_E_NOMEM (or the device's error). */

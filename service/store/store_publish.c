@@ -83,9 +83,12 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
 }
 
 /* What every tensor's step needs, allocated before the first value changes, so that on the CPU
- * (where every kernel argument is checked) nothing can fail once the math started; freed when
- * the apply ends, so a store between steps holds none of it (a server with many jobs, or lanes,
- * would otherwise keep one set per job). Compute memory but `by`. */
+ * (where every kernel argument is checked) nothing can fail once the math started. The buffers
+ * every step writes (a block's gradient, the pull's delta, residual and payload: at most a block
+ * or a piece each) are the store's, kept between steps: freed and allocated again they are
+ * fresh pages every step, whose first touch cost a small job most of its step (docs/scaling.md,
+ * "Where the design stops scaling"). The rest (`by`, a whole-tensor `sum`, top-k slices, CUDA
+ * uploads) is freed when the apply ends. Compute memory but `by`, `slice` and `sample`. */
 typedef struct apply_scratch {
     ga_store_held **by; /* room for the most held chunks of any tensor */
     float *grad;        /* the gradient of one block */
@@ -217,16 +220,15 @@ static ga_status pull_scratch_get(ga_store *s, apply_scratch *x)
     elems = elems < s->cfg.piece_elems ? elems : s->cfg.piece_elems;
     if (elems == 0) return GA_OK;
     size_t cap;
-    void *d = NULL, *r = NULL, *p = NULL;
     GA_CHECK(ga_codec_encoded_size(codec, &s->cfg.pull_params, elems, &cap));
-    GA_CHECK(ga_store_mem_get(s, s->compute, elems * sizeof(float), &d));
-    x->delta = d, x->piece_elems = elems;
+    GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_delta, &s->keep_delta_cap, elems * sizeof(float)));
+    x->delta = s->keep_delta, x->piece_elems = elems;
     if (ga_codec_has_residual(codec)) {
-        GA_CHECK(ga_store_mem_get(s, s->compute, elems * sizeof(float), &r));
-        x->residual = r;
+        GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_residual, &s->keep_residual_cap, elems * sizeof(float)));
+        x->residual = s->keep_residual;
     }
-    GA_CHECK(ga_store_mem_get(s, s->compute, cap, &p));
-    x->payload = p, x->payload_cap = cap;
+    GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_payload, &s->keep_payload_cap, cap));
+    x->payload = s->keep_payload, x->payload_cap = cap;
     if (s->cfg.pull_auto_bits > 0.0f) {
         void *sm = NULL;
         size_t count = ga_auto_sample_plan(elems, GA_AUTO_DEFAULT_SAMPLE, 0).count; /* the most of any piece */
@@ -282,10 +284,11 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
         grad = need > grad ? need : grad;
         if (whole && s->tensors[i].n > sum) sum = s->tensors[i].n;
     }
-    void *g = NULL, *p = NULL;
-    ga_status rc = grad > 0 ? ga_store_mem_get(s, s->compute, grad * sizeof(float), &g) : GA_OK;
-    x->grad = g;
-    x->grad_elems = g ? grad : 0;
+    void *p = NULL;
+    ga_status rc = grad > 0 ? ga_store_regrow(s, s->compute, &s->keep_grad, &s->keep_grad_cap, grad * sizeof(float))
+                            : GA_OK;
+    x->grad = grad > 0 && rc == GA_OK ? s->keep_grad : NULL;
+    x->grad_elems = x->grad ? grad : 0;
     if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
     x->sum = p;
     x->sum_elems = p ? sum : 0;
@@ -302,14 +305,10 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
 /* After the last use (the stream synced on CUDA). */
 static void scratch_put(ga_store *s, apply_scratch *x)
 {
-    ga_free(x->by);
-    ga_store_mem_put(s, s->compute, x->grad, x->grad_elems * sizeof(float));
+    ga_free(x->by); /* grad, delta, residual and payload are the store's (s->keep_*) */
     ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
     ga_store_mem_put(s, GA_STORE_MEM_HOST, x->slice, x->slice_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, x->held_dev, x->held_dev_cap);
-    ga_store_mem_put(s, s->compute, x->delta, x->piece_elems * sizeof(float));
-    ga_store_mem_put(s, s->compute, x->residual, x->piece_elems * sizeof(float));
-    ga_store_mem_put(s, s->compute, x->payload, x->payload_cap);
     ga_store_mem_put(s, GA_STORE_MEM_HOST, x->sample, x->sample_cap * sizeof(float));
     memset(x, 0, sizeof *x);
 }
