@@ -9,9 +9,9 @@
  * elements per codec pair and W = 64 at 256K and 1M, three rounds (`bench/modelrun calib`),
  * fitted by bench/costfit.py to each configuration's median (2026-11-29, the 2-vCPU VM: AMD EPYC,
  * 2 vCPUs, 24 GiB; clients and server on the same two cores, so the per-byte costs include
- * loopback TCP on both ends). topk at its default ratio 0.001. Measured before the store kept
- * its step scratch between steps, which cut 2bit's shard CPU at W = 4 by 2.7-4.4x (docs/scaling.md,
- * "Where the design stops scaling"): the compressed pairs' step terms are high until recalibrated.
+ * loopback TCP on both ends). topk at its default ratio 0.001. Measured before the applies'
+ * scratch pool, which cut 2bit's shard CPU at W = 4 by 2.7-4.6x (docs/scaling.md, "Where the
+ * design stops scaling"): the compressed pairs' step terms are high until recalibrated.
  * GPU columns (NAN: not measured): the H200's bench_codecs (25M floats: encode, decode_add) and
  * bench_store --backend cuda (W = 8, n = 100M, SGD) of 2026-11-27, with 55 GB/s over PCIe both
  * ways (docs/benchmarks.md, "GPU"). worker_gpu_ns = encode + the pull's decode (or its fp32 copy

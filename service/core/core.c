@@ -20,7 +20,8 @@ static void handle_closed(uv_handle_t *h) { ga_free(h); }
 
 uint64_t ga_core_own_bytes(const ga_core *c)
 {
-    uint64_t total = c->held_bytes + atomic_load_explicit(&c->pinned, memory_order_relaxed);
+    /* the scratch pool is the process's (store.h): one core per process in a server */
+    uint64_t total = c->held_bytes + atomic_load_explicit(&c->pinned, memory_order_relaxed) + ga_store_scratch_pooled();
     for (size_t i = 0; i < c->njobs; i++) total += c->jobs[i]->store_bytes;
     return total;
 }
@@ -65,6 +66,7 @@ ga_status ga_core_create(const ga_core_options *opt, uv_loop_t *loop, ga_core **
     if (!c) return GA_E_NOMEM;
     c->opt = o;
     c->loop = loop;
+    if (o.math_tasks) ga_store_scratch_pool_limit((uint64_t)o.math_tasks * GA_STORE_SCRATCH_APPLY_BYTES);
     ga_budget_init(&c->budget, o.max_memory_bytes);
     ga_histogram_init(&c->journal_seconds, ga_metrics_io_bounds, ga_metrics_io_nbounds);
     c->accounting = ga_calloc(1, sizeof *c->accounting);

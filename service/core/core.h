@@ -82,10 +82,14 @@ typedef struct ga_core_options {
     uint32_t max_unused_jobs_per_token;
     /* Client hosts the per-host cap above does not apply to (a relay, a NAT). Borrowed; NULL: none. */
     const ga_host_set *trusted_hosts;
+    /* Math tasks run at once (libuv's thread pool, the server's --math-tasks): the store's scratch
+     * pool (store.h) holds what that many applies use, GA_STORE_SCRATCH_APPLY_BYTES each. 0 = the
+     * pool's default. */
+    uint32_t math_tasks;
 } ga_core_options;
 #define GA_CORE_OPTIONS_INIT \
     {sizeof(ga_core_options), GA_BACKEND_CPU, 0, 64, 4096, 16ull << 30, 1u << 20, 0, 0, 10000, 1ull << 32, NULL, \
-     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0, NULL, false, 16, NULL}
+     100, 300, 3, GA_JOURNAL_SYNC_STEP, GA_DURABILITY_ACKED, 10000, 3600, false, 60, 16, 1, 0, NULL, false, 16, NULL, 0}
 
 /* Jobs refused at the restore for a damaged journal (core_persist.c). */
 uint64_t ga_core_damaged_journals(const ga_core *c);

@@ -48,8 +48,8 @@ void ga_core_tensor_infos(const ga_job *job, Gradagg__V1__TensorInfo *infos, Gra
 /* ga_core_job, and when there is no such job: NULL with *st = GA_E_UNKNOWN_JOB and the message
  * in why[0..GA_WHY_CAP). */
 ga_job *ga_core_job_named(ga_core *c, const char *name, ga_status *st, char *why);
-/* Bytes held by every job's store, the bundles the core holds, and the superseded versions pulls
- * still pin. */
+/* Bytes held by every job's store, the bundles the core holds, the superseded versions pulls
+ * still pin, and the store's scratch pool. */
 uint64_t ga_core_own_bytes(const ga_core *c);
 /* Those and what unfinished streams and messages being received hold (budget.h): what
  * --max-memory-mb bounds. */

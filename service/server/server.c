@@ -408,6 +408,7 @@ static void setup(void *arg)
     co.journal_sync = c->journal_sync;
     co.journal_copies = c->journal_copies;
     co.durability = c->durability;
+    co.math_tasks = c->math_tasks;
     co.journal_fds = fd_budget(c);
     if (c->relay_to[0]) { /* a relay keeps no journal: its workers push again (docs/relay.md) */
         co.relay = &s->relay;

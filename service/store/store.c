@@ -39,10 +39,15 @@ ga_status ga_store_mem_get(ga_store *s, ga_store_mem where, size_t bytes, void *
 void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes)
 {
     if (!p) return;
+    ga_store_mem_free(where, p);
+    s->bytes -= bytes;
+}
+
+void ga_store_mem_free(ga_store_mem where, void *p)
+{
     if (where == GA_STORE_MEM_HOST) ga_free(p);
     else if (where == GA_STORE_MEM_PINNED) ga_pinned_free(p);
     else ga_device_free(p);
-    s->bytes -= bytes;
 }
 
 ga_status ga_store_zero(ga_store *s, float *dst, size_t n)
@@ -188,6 +193,7 @@ ga_status ga_store_create(const ga_store_config *cfg, ga_store **out)
             return rc;
         }
     }
+    ga_store_scratch_enter();
     *out = s;
     return GA_OK;
 }
@@ -201,12 +207,9 @@ void ga_store_destroy(ga_store *s)
     ga_store_mem_put(s, s->compute, s->zeros, s->zero_elems * sizeof(float));
     ga_store_mem_put(s, s->staging, s->stage, s->stage_cap);
     ga_store_mem_put(s, GA_STORE_MEM_DEVICE, s->dev_in, s->dev_in_cap);
-    ga_store_mem_put(s, s->compute, s->keep_grad, s->keep_grad_cap);
-    ga_store_mem_put(s, s->compute, s->keep_delta, s->keep_delta_cap);
-    ga_store_mem_put(s, s->compute, s->keep_residual, s->keep_residual_cap);
-    ga_store_mem_put(s, s->compute, s->keep_payload, s->keep_payload_cap);
     ga_cuda_stream_destroy(s->ex.cuda_stream);
     ga_free(s);
+    ga_store_scratch_leave();
 }
 
 ga_status ga_store_set_lr(ga_store *s, float lr)

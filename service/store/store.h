@@ -5,7 +5,7 @@
  *
  * store/ is one module in three files sharing store_internal.h: store.c (tensors, the step's sum,
  * the optimizers), store_publish.c (the published copy and the pull deltas), store_snapshot.c
- * (checkpoint reads and writes of the buffers). Built alone where only the kernels' needs are met.
+ * (checkpoint reads and writes of the buffers), store_scratch.c (the applies' scratch pool). Built alone where only the kernels' needs are met.
  * May use: base (blobs); kernels/ (codecs, reduction, optimizer math, CUDA). */
 #ifndef GA_STORE_H
 #define GA_STORE_H
@@ -79,6 +79,21 @@ ga_status ga_store_check_optim(const ga_store_config *cfg);
  * parameter errors, GA_E_CONFIG, GA_E_NO_CUDA, GA_E_NO_DEVICE, GA_E_NOMEM. Returns owned. */
 ga_status ga_store_create(const ga_store_config *cfg, ga_store **out);
 void ga_store_destroy(ga_store *s); /* NULL is a no-op */
+
+/* An apply's scratch (a block's gradient, the step's sum of a dense tensor, a pull piece's delta,
+ * residual and payload, a top-k slice, a CUDA upload) is taken for the apply and given back
+ * after it into one pool per process, shared by every store: a later apply of any store takes
+ * a pooled block that fits (at least its need, at most twice it) instead of fresh memory. The
+ * pool holds at most `bytes` (default GA_STORE_SCRATCH_POOL_BYTES; a block given back beyond it
+ * frees the oldest, a block larger than it is freed) and is emptied when the last store is
+ * destroyed. So the scratch held between steps grows with the applies that run at once, not
+ * with the jobs. Thread-safe. */
+#define GA_STORE_SCRATCH_APPLY_BYTES ((uint64_t)16 << 20) /* what one apply's scratch takes at most
+                                                             * at the default block and piece sizes */
+#define GA_STORE_SCRATCH_POOL_BYTES (2 * GA_STORE_SCRATCH_APPLY_BYTES)
+void ga_store_scratch_pool_limit(uint64_t bytes);
+/* Bytes the pool holds now (host and device): besides every store's ga_store_bytes. */
+uint64_t ga_store_scratch_pooled(void);
 
 /* Adds a tensor of n elements with initial values `init` (host fp32, borrowed; NULL = zeros)
  * and writes its index and its version-0 publication (full only). */

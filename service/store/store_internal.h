@@ -77,12 +77,6 @@ struct ga_store {
     size_t stage_cap;
     void *dev_in;
     size_t dev_in_cap;
-
-    /* The apply's per-step scratch in compute memory (store_publish.c): a block's gradient, the
-     * pull's delta, residual and payload; grown as needed, kept between steps (counted in
-     * `bytes`) so that a step writes into pages already in memory, freed with the store. */
-    void *keep_grad, *keep_delta, *keep_residual, *keep_payload;
-    size_t keep_grad_cap, keep_delta_cap, keep_residual_cap, keep_payload_cap;
 };
 
 /* Allocates bytes in `where` and counts them in s->bytes. GA_E_NOMEM (or the device's error). */
@@ -93,6 +87,15 @@ void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes);
 ga_status ga_store_zero(ga_store *s, float *dst, size_t n);
 /* Pieces of a tensor of n elements. */
 size_t ga_store_npieces(const ga_store *s, size_t n);
+/* Frees what ga_store_mem_get returned without uncounting it (the scratch pool's blocks). */
+void ga_store_mem_free(ga_store_mem where, void *p);
+/* An apply's scratch block of at least `need` bytes (need > 0) in `where`, from the scratch pool
+ * or fresh: *cap is its size, counted in s->bytes until ga_store_scratch_give(s, where, p, cap). */
+ga_status ga_store_scratch_take(ga_store *s, ga_store_mem where, size_t need, void **out, size_t *cap);
+void ga_store_scratch_give(ga_store *s, ga_store_mem where, void *p, size_t cap); /* NULL: no-op */
+/* A store is created / destroyed: the last one gone empties the pool. */
+void ga_store_scratch_enter(void);
+void ga_store_scratch_leave(void);
 /* Replaces *buf (capacity *cap bytes) by one of at least `need` bytes; contents not kept. */
 ga_status ga_store_regrow(ga_store *s, ga_store_mem where, void **buf, size_t *cap, size_t need);
 /* Decodes a payload (host memory) of `count` elements and adds it into dst (compute memory):

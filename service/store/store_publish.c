@@ -82,13 +82,17 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
     return GA_E_OPTIM;
 }
 
-/* What every tensor's step needs, allocated before the first value changes, so that on the CPU
- * (where every kernel argument is checked) nothing can fail once the math started. The buffers
- * every step writes (a block's gradient, the pull's delta, residual and payload: at most a block
- * or a piece each) are the store's, kept between steps: freed and allocated again they are
- * fresh pages every step, whose first touch cost a small job most of its step (docs/scaling.md,
- * "Where the design stops scaling"). The rest (`by`, a whole-tensor `sum`, top-k slices, CUDA
- * uploads) is freed when the apply ends. Compute memory but `by`, `slice` and `sample`. */
+/* A block of the apply's scratch as the scratch pool gave it (its size may exceed the need). */
+typedef struct scratch_block {
+    void *p;
+    size_t cap;
+    ga_store_mem where;
+} scratch_block;
+
+/* What every tensor's step needs, taken before the first value changes, so that on the CPU
+ * (where every kernel argument is checked) nothing can fail once the math started; given back to
+ * the scratch pool when the apply ends (store.h), so a store between steps holds none of it and
+ * the next apply of any store finds its pages warm. Compute memory but `by`. */
 typedef struct apply_scratch {
     ga_store_held **by; /* room for the most held chunks of any tensor */
     float *grad;        /* the gradient of one block */
@@ -108,7 +112,20 @@ typedef struct apply_scratch {
     float *sample;      /* automatic pull threshold: host memory, one piece's sample */
     size_t sample_cap;  /* floats */
     double pull_rho;    /* the density pull_auto_bits asks for */
+    scratch_block taken[8]; /* every block above, for scratch_put */
+    size_t ntaken;
 } apply_scratch;
+
+/* A scratch block of at least `need` bytes in `where` (NULL when need is 0), recorded in x. */
+static ga_status take(ga_store *s, apply_scratch *x, ga_store_mem where, size_t need, void **out)
+{
+    *out = NULL;
+    if (need == 0) return GA_OK;
+    size_t cap;
+    GA_CHECK(ga_store_scratch_take(s, where, need, out, &cap));
+    x->taken[x->ntaken++] = (scratch_block){*out, cap, where};
+    return GA_OK;
+}
 
 static size_t block_elems(const ga_store *s)
 {
@@ -220,20 +237,21 @@ static ga_status pull_scratch_get(ga_store *s, apply_scratch *x)
     elems = elems < s->cfg.piece_elems ? elems : s->cfg.piece_elems;
     if (elems == 0) return GA_OK;
     size_t cap;
+    void *d, *r, *p;
     GA_CHECK(ga_codec_encoded_size(codec, &s->cfg.pull_params, elems, &cap));
-    GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_delta, &s->keep_delta_cap, elems * sizeof(float)));
-    x->delta = s->keep_delta, x->piece_elems = elems;
+    GA_CHECK(take(s, x, s->compute, elems * sizeof(float), &d));
+    x->delta = d, x->piece_elems = elems;
     if (ga_codec_has_residual(codec)) {
-        GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_residual, &s->keep_residual_cap, elems * sizeof(float)));
-        x->residual = s->keep_residual;
+        GA_CHECK(take(s, x, s->compute, elems * sizeof(float), &r));
+        x->residual = r;
     }
-    GA_CHECK(ga_store_regrow(s, s->compute, &s->keep_payload, &s->keep_payload_cap, cap));
-    x->payload = s->keep_payload, x->payload_cap = cap;
+    GA_CHECK(take(s, x, s->compute, cap, &p));
+    x->payload = p, x->payload_cap = cap;
     if (s->cfg.pull_auto_bits > 0.0f) {
-        void *sm = NULL;
+        void *sm;
         size_t count = ga_auto_sample_plan(elems, GA_AUTO_DEFAULT_SAMPLE, 0).count; /* the most of any piece */
-        GA_CHECK(ga_store_mem_get(s, GA_STORE_MEM_HOST, count * sizeof(float), &sm));
-        x->sample = sm, x->sample_cap = count;
+        GA_CHECK(take(s, x, GA_STORE_MEM_HOST, count * sizeof(float), &sm));
+        x->sample = sm, x->sample_cap = sm ? count : 0;
         x->pull_rho = ga_auto_density_for_bits((double)s->cfg.pull_auto_bits);
     }
     return GA_OK;
@@ -284,32 +302,27 @@ static ga_status scratch_get(ga_store *s, apply_scratch *x)
         grad = need > grad ? need : grad;
         if (whole && s->tensors[i].n > sum) sum = s->tensors[i].n;
     }
-    void *p = NULL;
-    ga_status rc = grad > 0 ? ga_store_regrow(s, s->compute, &s->keep_grad, &s->keep_grad_cap, grad * sizeof(float))
-                            : GA_OK;
-    x->grad = grad > 0 && rc == GA_OK ? s->keep_grad : NULL;
-    x->grad_elems = x->grad ? grad : 0;
-    if (rc == GA_OK && sum > 0) rc = ga_store_mem_get(s, s->compute, sum * sizeof(float), &p);
+    void *g, *p;
+    GA_CHECK(take(s, x, s->compute, grad * sizeof(float), &g));
+    x->grad = g;
+    x->grad_elems = g ? grad : 0;
+    GA_CHECK(take(s, x, s->compute, sum * sizeof(float), &p));
     x->sum = p;
     x->sum_elems = p ? sum : 0;
     size_t slice = slice_need(s);
-    if (rc == GA_OK && slice > 0) rc = ga_store_mem_get(s, GA_STORE_MEM_HOST, slice, &x->slice);
+    GA_CHECK(take(s, x, GA_STORE_MEM_HOST, slice, &x->slice));
     x->slice_cap = x->slice ? slice : 0;
     size_t upload = upload_need(s, x->by);
-    if (rc == GA_OK && upload > 0) rc = ga_store_mem_get(s, GA_STORE_MEM_DEVICE, upload, &x->held_dev);
+    GA_CHECK(take(s, x, GA_STORE_MEM_DEVICE, upload, &x->held_dev));
     x->held_dev_cap = x->held_dev ? upload : 0;
-    if (rc == GA_OK) rc = pull_scratch_get(s, x);
-    return rc; /* on an error the caller's scratch_put frees what was made */
+    return pull_scratch_get(s, x); /* on an error the caller's scratch_put gives back what was taken */
 }
 
 /* After the last use (the stream synced on CUDA). */
 static void scratch_put(ga_store *s, apply_scratch *x)
 {
-    ga_free(x->by); /* grad, delta, residual and payload are the store's (s->keep_*) */
-    ga_store_mem_put(s, s->compute, x->sum, x->sum_elems * sizeof(float));
-    ga_store_mem_put(s, GA_STORE_MEM_HOST, x->slice, x->slice_cap);
-    ga_store_mem_put(s, GA_STORE_MEM_DEVICE, x->held_dev, x->held_dev_cap);
-    ga_store_mem_put(s, GA_STORE_MEM_HOST, x->sample, x->sample_cap * sizeof(float));
+    ga_free(x->by);
+    for (size_t i = 0; i < x->ntaken; i++) ga_store_scratch_give(s, x->taken[i].where, x->taken[i].p, x->taken[i].cap);
     memset(x, 0, sizeof *x);
 }
 

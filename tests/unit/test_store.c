@@ -814,8 +814,10 @@ static void memory_is_accounted(void **state)
         ga_published pubs[SCENARIO_MAX_TENSORS];
         assert_int_equal(ga_store_apply(s, 2, pubs), GA_OK);
         for (uint32_t t = 0; t < sc->ntensors; t++) ga_published_clear(&pubs[t]);
-        assert_int_equal(ga_store_bytes(s), ga_mem_in_use(GA_MEM_HOST) - before);
-        ga_store_destroy(s);
+        /* the apply's scratch went back to the pool: counted there, not in the store */
+        assert_int_equal(ga_store_bytes(s) + ga_store_scratch_pooled(), ga_mem_in_use(GA_MEM_HOST) - before);
+        ga_store_destroy(s); /* the last store: the pool is emptied */
+        assert_int_equal(ga_store_scratch_pooled(), 0);
         assert_int_equal(ga_mem_in_use(GA_MEM_HOST), before);
     }
 }
@@ -1014,8 +1016,7 @@ static void blocks_match_one_pass(void **state)
 
 /* The apply's scratch is one gradient block and one pull piece, whatever the length of the
  * chunks held (here chunks over a whole tensor of 64 blocks: 2bit, and top-k with one slice of
- * its payload besides), and a store between steps keeps that much of it (the block, the piece's
- * delta, residual and payload: written every step, so kept in memory) and no more. */
+ * its payload besides), and a store between steps keeps none of it. */
 static void scratch_is_one_block(ga_codec_id codec)
 {
     enum { BLOCK = 1024, N = 64 * BLOCK };
@@ -1035,16 +1036,14 @@ static void scratch_is_one_block(ga_codec_id codec)
      * offsets). */
     uint64_t scratch = BLOCK * sizeof(float) + 2 * cfg.piece_elems * sizeof(float) + piece_payload +
                        ga_blob_footprint(delta_payload) + (codec == GA_CODEC_TOPK ? len : 0) + 4096;
-    uint64_t kept = BLOCK * sizeof(float) + 2 * cfg.piece_elems * sizeof(float) + piece_payload + 64;
     uint64_t between = 0;
-    for (int step = 0; step < 3; step++) {
+    for (int step = 0; step < 2; step++) {
         /* params, the published copy, momentum; 2 KiB and a little of records (the store, its
-         * tensor array, the blob's header, the held-chunk array; 2056 bytes measured); after an
-         * apply the kept scratch too (2128 bytes of records measured beside it), the same after
-         * every apply */
+         * tensor array, the blob's header, the held-chunk array; 2056 bytes measured), the same
+         * after every apply */
         uint64_t held = ga_store_bytes(s);
-        assert_true(held <= 3 * N * sizeof(float) + 2048 + 64 + (step > 0 ? kept : 0));
-        if (step > 1) assert_int_equal(held, between);
+        assert_true(held <= 3 * N * sizeof(float) + 2048 + 64);
+        if (step > 0) assert_int_equal(held, between);
         for (int rank = 0; rank < 2; rank++)
             assert_int_equal(ga_store_accumulate(s, 0, 0, N, codec, &p, payload, len), GA_OK);
         assert_true(ga_store_bytes(s) >= held + 2 * len); /* the two chunks are held */
@@ -1068,6 +1067,61 @@ static void apply_scratch_is_one_block(void **state)
     (void)state;
     scratch_is_one_block(GA_CODEC_2BIT);
     scratch_is_one_block(GA_CODEC_TOPK);
+}
+
+/* Two held 2bit chunks applied on a store of N zeros (pull codec 2bit, gradient block BLOCK). */
+static void two_chunk_step(ga_store *s, size_t n, const uint8_t *payload, size_t len, const ga_codec_params *p)
+{
+    ga_published pub;
+    for (int rank = 0; rank < 2; rank++)
+        assert_int_equal(ga_store_accumulate(s, 0, 0, n, GA_CODEC_2BIT, p, payload, len), GA_OK);
+    assert_int_equal(ga_store_apply_in_place(s, 2, &pub), GA_OK);
+    ga_published_clear(&pub);
+}
+
+/* The apply's scratch goes back to one pool that every store takes from: a second store's apply
+ * of the same shape takes no new memory, the pool keeps to its limit, and the last store gone
+ * empties it. */
+static void scratch_pool_is_shared_and_bounded(void **state)
+{
+    (void)state;
+    enum { BLOCK = 1024, N = 64 * BLOCK };
+    ga_store_config cfg = plain_config();
+    cfg.pull_codec = GA_CODEC_2BIT, cfg.pull_params.threshold = 0.004f;
+    cfg.block_elems = BLOCK;
+    ga_store *a = store_of_zeros(&cfg, N), *b = store_of_zeros(&cfg, N);
+    ga_codec_params p;
+    size_t len;
+    uint8_t *payload = encoded(GA_CODEC_2BIT, N, 7, &p, &len);
+    assert_int_equal(ga_store_scratch_pooled(), 0);
+    two_chunk_step(b, N, payload, len, &p); /* b's held-chunk array and delta offsets exist now */
+    uint64_t b_held = ga_store_bytes(b);
+
+    two_chunk_step(a, N, payload, len, &p);
+    /* the block, the piece's delta, residual and payload at least */
+    uint64_t pooled = ga_store_scratch_pooled();
+    assert_true(pooled >= BLOCK * sizeof(float) + 2 * cfg.piece_elems * sizeof(float));
+    assert_true(pooled <= GA_STORE_SCRATCH_POOL_BYTES);
+    uint64_t in_use = ga_mem_in_use(GA_MEM_HOST);
+    two_chunk_step(b, N, payload, len, &p);
+    assert_int_equal(ga_store_scratch_pooled(), pooled);  /* b took a's blocks and gave them back */
+    assert_int_equal(ga_mem_in_use(GA_MEM_HOST), in_use); /* and made none of its own */
+    assert_int_equal(ga_store_bytes(b), b_held);          /* a store keeps none between steps */
+
+    ga_store_scratch_pool_limit(pooled - 1); /* the oldest block given back goes */
+    two_chunk_step(a, N, payload, len, &p);
+    assert_true(ga_store_scratch_pooled() > 0 && ga_store_scratch_pooled() <= pooled - 1);
+    ga_store_scratch_pool_limit(0); /* nothing is kept */
+    two_chunk_step(b, N, payload, len, &p);
+    assert_int_equal(ga_store_scratch_pooled(), 0);
+    ga_store_scratch_pool_limit(GA_STORE_SCRATCH_POOL_BYTES);
+
+    two_chunk_step(a, N, payload, len, &p);
+    ga_store_destroy(a);
+    assert_int_equal(ga_store_scratch_pooled(), pooled); /* b is still there */
+    ga_store_destroy(b);
+    assert_int_equal(ga_store_scratch_pooled(), 0);
+    ga_free(payload);
 }
 
 /* A step of lent fp32 pushes costs the CPU store no memory: no copy, no fp32 sum, between steps
@@ -1102,18 +1156,17 @@ static void lent_fp32_steps_take_no_memory(void **state)
             assert_int_equal(ga_store_accumulate(copying, 0, 0, N, GA_CODEC_NONE, &none, g[w], N * sizeof(float)),
                              GA_OK);
         }
-        /* the held-chunk array at most (and after the first apply, its gradient block) */
-        assert_true(ga_store_bytes(lending) <= lending_before + 1024);
+        assert_true(ga_store_bytes(lending) <= lending_before + 1024); /* the held-chunk array at most */
         assert_true(ga_store_bytes(copying) >= copying_before + (step == 1 ? N * sizeof(float) : 0));
         assert_int_equal(ga_store_apply_in_place(lending, W, &pl), GA_OK);
         assert_int_equal(ga_store_apply_in_place(copying, W, &pc), GA_OK);
         expect_same_pub(&pl, &pc, N, "lent fp32", step);
         ga_published_clear(&pl), ga_published_clear(&pc);
         for (uint32_t w = 0; w < W; w++) ga_free(g[w]);
-        assert_true(ga_store_bytes(lending) <= lending_before + 1024 + (step == 1 ? BLOCK * sizeof(float) : 0));
+        assert_true(ga_store_bytes(lending) <= lending_before + 1024);
     }
-    /* the copying store keeps its sum; the lending one a held-chunk array and its gradient block instead */
-    assert_true(ga_store_bytes(copying) + 1024 >= ga_store_bytes(lending) - BLOCK * sizeof(float) + N * sizeof(float));
+    /* the copying store keeps its sum; the lending one a held-chunk array instead */
+    assert_true(ga_store_bytes(copying) + 1024 >= ga_store_bytes(lending) + N * sizeof(float));
     ga_store_destroy(lending);
     ga_store_destroy(copying);
 }
@@ -1163,6 +1216,7 @@ int main(void)
         cmocka_unit_test(pulled_blob_is_never_rewritten),
         cmocka_unit_test(blocks_match_one_pass),
         cmocka_unit_test(apply_scratch_is_one_block),
+        cmocka_unit_test(scratch_pool_is_shared_and_bounded),
         cmocka_unit_test(lent_fp32_steps_take_no_memory),
         cmocka_unit_test(lent_payload_values_are_the_lenders),
         cmocka_unit_test(test_host_memory_returned),
