@@ -13,6 +13,10 @@ Per codec pair, with n the elements of the shard's share and W the ranks:
   worker CPU per step   = call_ms + N * worker_ns        (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
+  relay CPU per step    = G * (push_ms + N * push_ns) + relay_ms + N * relay_ns
+                          (bench/relaybench.py's relays, G = 4, with the workers pushing the job's
+                          codec to them: relay_ms and relay_ns fitted to what the receive, costed
+                          as the shard's, leaves of each size's median)
 Each fit minimises the relative error over the pair's runs; a coefficient that comes out
 negative is held at 0 and the rest refitted. The journal's share of push_ns is the difference
 between the server CPU of none:none's acked and checkpoint runs, per byte pushed. A
@@ -51,6 +55,8 @@ def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
     for path in paths:
         with open(path) as f:
             d = json.load(f)
+        if "ranks" not in d:
+            continue  # a relaybench run (load_relays)
         for r in d["ranks"]:
             if r["shards"] != 1:
                 continue
@@ -67,6 +73,46 @@ def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
             repeats.setdefault((r[0], r[1]), []).append(r)
         pairs[key] = [tuple(float(np.median([r[i] for r in rs])) for i in range(6)) for rs in repeats.values()]
     return pairs
+
+
+# bench/relaybench.py: its relay rows (the workers pushing the job's codec to their relay, "-inner",
+# or fp32 for codec none) and the codec pair each runs, its pulls as netbench's.
+RELAY_SYSTEMS = {"relay-none": ("none", "none"), "relay-fp16-inner": ("fp16", "none"),
+                 "relay-2bit-inner": ("2bit", "2bit"), "relay-topk-inner": ("topk", "2bit")}
+
+
+def load_relays(paths: List[str]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, List[float]]]]:
+    """Per codec pair and model size, a relay's CPU seconds per step in each relaybench run."""
+    out: Dict[Tuple[str, str], Dict[int, List[float]]] = {}
+    per_node = 0
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        if "rows" not in d or "relay_cpu_s_per_step" not in json.dumps(d["rows"]):
+            continue
+        per_node = d.get("per_node", 4)  # relaybench.py's PER_NODE
+        for r in d["rows"]:
+            pair = RELAY_SYSTEMS.get(r["system"])
+            if pair and r.get("status") == "ok" and "relay_cpu_s_per_step" in r:
+                out.setdefault(pair, {}).setdefault(d["args"]["elements"], []).append(r["relay_cpu_s_per_step"])
+    return per_node, out
+
+
+def fit_relays(paths: List[str], fits: Dict[Tuple[str, str, bool], Tuple[np.ndarray, np.ndarray]]) -> None:
+    """Prints each measured pair's relay_ms and relay_ns (the rest of plan_costs.c's pairs: NAN)."""
+    g, relays = load_relays(paths)
+    if not relays:
+        return
+    print("/* relays (bench/relaybench.py, G = %d): push, pull: relay_ms, relay_ns */" % g)
+    for pair, sizes in sorted(relays.items()):
+        server = fits[(pair[0], pair[1], False)][0]
+        n = np.array(sorted(sizes), float)
+        cpu = np.array([float(np.median(sizes[int(k)])) for k in n])
+        rest = cpu - g * (server[1] + n * server[3])
+        c = nonneg_relative_fit(np.stack([np.ones_like(n), n], 1), np.maximum(rest, 1e-6))
+        worst = max(abs((g * (server[1] + k * server[3]) + c[0] + k * c[1]) / y - 1) for k, y in zip(n, cpu))
+        print(f"/* {pair[0]}/{pair[1]}: {1e3 * c[0]:.2f}, {1e9 * c[1]:.2f} ({len(n)} sizes, "
+              f"{sum(len(v) for v in sizes.values())} runs, worst fit {100 * worst:.0f} %) */")
 
 
 def main() -> int:
@@ -112,6 +158,7 @@ def main() -> int:
     if per_byte:
         print(f"/* journal: {1e9 * float(np.median(per_byte)):.2f} ns per byte pushed (median of {len(per_byte)}: "
               f"{1e9 * min(per_byte):.2f} to {1e9 * max(per_byte):.2f}) */")
+    fit_relays(paths, fits)
     return 0
 
 

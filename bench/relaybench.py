@@ -191,7 +191,7 @@ def main() -> int:
                GRADAGG_LIB=os.path.abspath(a.lib), GRADAGG_LOG_LEVEL="warn", OMP_NUM_THREADS="1")
     b = Bench(a, env=env, logdir=tempfile.mkdtemp(prefix="grb-logs-"))
     nn.sweep_stale()
-    info: Dict[str, Any] = {"machine": machine(), "args": vars(a), "rows": []}
+    info: Dict[str, Any] = {"machine": machine(), "args": vars(a), "nodes": NODES, "per_node": PER_NODE, "rows": []}
     failed = False
     try:
         b.net = nn.Network(NODES, 1)

@@ -7,24 +7,27 @@
 
 /* CPU columns: bench/scalebench.py on one shard, W = 4 and 16 ranks x 256K, 1M, 4M and 16M
  * elements per codec pair and W = 64 at 256K and 1M, three rounds (`bench/modelrun calib`),
- * fitted by bench/costfit.py to each configuration's median (2026-11-29, the 2-vCPU VM: AMD EPYC,
- * 2 vCPUs, 24 GiB; clients and server on the same two cores, so the per-byte costs include
- * loopback TCP on both ends). topk at its default ratio 0.001. Measured before the applies'
- * scratch pool, which cut 2bit's shard CPU at W = 4 by 2.7-4.6x (docs/scaling.md, "Where the
- * design stops scaling"): the compressed pairs' step terms are high until recalibrated.
+ * fitted by bench/costfit.py to each configuration's median (2026-11-29 09:28-10:04 UTC, the
+ * 2-vCPU VM: AMD EPYC, 2 vCPUs, 24 GiB; clients and server on the same two cores, so the
+ * per-byte costs include loopback TCP on both ends). topk at its default ratio 0.001.
  * GPU columns (NAN: not measured): the H200's bench_codecs (25M floats: encode, decode_add) and
  * bench_store --backend cuda (W = 8, n = 100M, SGD) of 2026-11-27, with 55 GB/s over PCIe both
  * ways (docs/benchmarks.md, "GPU"). worker_gpu_ns = encode + the pull's decode (or its fp32 copy
  * in) + the push payload out; cuda_push_ns = the store's step ÷ (8 x 100M); cuda_step_ns = the
- * pull's 2bit encode (the store's step holds the optimizer and the publication). */
+ * pull's 2bit encode (the store's step holds the optimizer and the publication).
+ * Relay columns (NAN: not measured): bench/relaybench.py's relays, 2 nodes x 4 workers pushing the
+ * job's codec to their relay, at 1M and 4M elements, three rounds (`bench/modelrun relays`, the
+ * same machine, 10:26-10:36 UTC), fitted by bench/costfit.py to what their CPU leaves after the
+ * receive costed as the shard's. */
 static const plan_pair_costs pairs[] = {
-    /* push, pull, step_ms, push_ms, step_ns, push_ns, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns */
-    {GA_CODEC_NONE, GA_CODEC_NONE, 17.93, 0.860, 20.41, 14.39, 1.64, 15.76, 0.156, 0.161, 0.0},
-    {GA_CODEC_FP16, GA_CODEC_NONE, 5.70, 0.000, 16.05, 8.29, 2.04, 11.45, 0.118, 0.100, 0.0},
-    {GA_CODEC_2BIT, GA_CODEC_NONE, 3.96, 0.355, 6.93, 2.24, 0.36, 14.07, 0.101, 0.0525, 0.0},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 15.12, 0.072, 6.01, 1.39, 0.51, 2.02, 0.036, 0.0525, 0.025},
-    {GA_CODEC_TOPK, GA_CODEC_2BIT, 14.99, 0.278, 5.21, 0.22, 0.56, 1.95, 0.100, 0.0738, 0.025},
-    {GA_CODEC_INT8, GA_CODEC_INT8, 13.23, 0.211, 13.40, 2.81, 0.32, 5.58, NAN, NAN, NAN},
+    /* push, pull, step_ms, push_ms, step_ns, push_ns, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns,
+     * relay_ms, relay_ns */
+    {GA_CODEC_NONE, GA_CODEC_NONE, 6.25, 2.217, 19.72, 18.06, 1.77, 19.28, 0.156, 0.161, 0.0, 0.00, 63.58},
+    {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 0.229, 13.53, 11.00, 2.84, 12.68, 0.118, 0.100, 0.0, 27.42, 43.44},
+    {GA_CODEC_2BIT, GA_CODEC_NONE, 0.00, 0.525, 4.61, 2.46, 2.01, 14.16, 0.101, 0.0525, 0.0, NAN, NAN},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.00, 0.164, 5.95, 1.45, 0.49, 2.19, 0.036, 0.0525, 0.025, 0.00, 30.28},
+    {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.52, 0.365, 4.17, 0.19, 0.58, 1.80, 0.100, 0.0738, 0.025, 0.00, 27.57},
+    {GA_CODEC_INT8, GA_CODEC_INT8, 0.00, 0.291, 23.13, 2.65, 0.38, 6.12, NAN, NAN, NAN, NAN, NAN},
 };
 
 const plan_costs plan_costs_measured = {
@@ -32,17 +35,17 @@ const plan_costs plan_costs_measured = {
     .pairs = pairs,
     .npairs = sizeof pairs / sizeof pairs[0],
     /* none/none acked against --durability checkpoint, per byte pushed (bench/costfit.py: the
-     * median of eight configurations, -0.15, within their spread of -1.29 to 1.35: the journal's
+     * median of eight configurations, 0.34, within their spread of -1.38 to 2.04: the journal's
      * write costs less than this machine's noise between runs, so it is held at 0) */
     .journal_ns_per_byte = 0.0,
     /* bench_codecs, one thread, 25M floats (2026-11-21): sgd_momentum 10-11.7 ms, adam 14.8-15.9 ms */
     .optimizer_ns = {0.0, 0.43, 0.61},
     /* netbench's TCP probe: 0.959 Gbit/s through a 1 Gbit/s tbf link */
     .link_efficiency = 0.96,
-    /* bench/costfit.py: the median over the calibration runs (0.55 to 0.87) */
-    .shared_busy = 0.66,
+    /* bench/costfit.py: the median over the calibration runs (0.56 to 0.92) */
+    .shared_busy = 0.71,
     /* bench/costfit.py over the same runs' peak RSS */
-    .base_mib = 24.0,
-    .held_factor = 1.46,
+    .base_mib = 23.9,
+    .held_factor = 1.48,
     .rank_mib = 0.0,
 };

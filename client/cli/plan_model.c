@@ -155,14 +155,17 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
     x.rank_cpu_s = s->worker_gpu ? calls_s : worker_cpu;
 
     /* Relays: the node's G ranks push the job's codec into it and take its pulls over the node's
-     * own path; the relay receives and sums their pushes and closes the node's step as a shard
-     * does, per lane (no optimizer; its publication decodes the pulled version where a shard's
-     * encodes it), encodes the node's sum and pulls as a rank does, and passes the pull on byte
-     * for byte. */
+     * own path; the relay receives and sums their pushes as a shard does, per lane, then closes
+     * the node's step (no optimizer; its publication decodes the pulled version where a shard's
+     * encodes it), encodes the node's sum, pulls and passes the pull on byte for byte: measured
+     * as the pair's relay terms, or else costed as a shard's step close and a rank's uplink. */
     double relay_cpu = 0;
     if (s->relays) {
-        relay_cpu = lanes * (pc->step_ms + G * pc->push_ms) / 1e3 + (double)N * (G * pc->push_ns + pc->step_ns) / 1e9;
-        relay_cpu += placements * call_s + coding_s; /* its uplink: a rank of the upstream job */
+        relay_cpu = lanes * G * pc->push_ms / 1e3 + (double)N * G * pc->push_ns / 1e9;
+        if (isfinite(pc->relay_ms) && isfinite(pc->relay_ns))
+            relay_cpu += lanes * pc->relay_ms / 1e3 + (double)N * pc->relay_ns / 1e9;
+        else /* a shard's step close, and a rank of the upstream job */
+            relay_cpu += lanes * pc->step_ms / 1e3 + (double)N * pc->step_ns / 1e9 + placements * call_s + coding_s;
         double inner_wire = over((double)G * N * bp, Li) + over((double)G * N * bl, Li);
         x.relay_s = fmax(inner_wire, relay_cpu / relay_cores);
         x.relay_cpu_s = relay_cpu;

@@ -28,6 +28,11 @@ typedef struct plan_pair_costs {
      * optimizer and publication: bench_store's step ÷ W ÷ n), and once per step per element
      * (the pull's encode and the publication's copy to the host). */
     double cuda_push_ns, cuda_step_ns;
+    /* A relay's CPU per step beyond receiving its node's pushes (which costs what a shard's receive
+     * does: G * (push_ms + N * push_ns)): relay_ms per lane + N * relay_ns, its step close, the
+     * encode of the node's sum, its pulls upstream and their passing on (bench/relaybench.py).
+     * NAN: not measured; a shard's step close and a rank's calls and encode stand in. */
+    double relay_ms, relay_ns;
 } plan_pair_costs;
 
 typedef struct plan_costs {

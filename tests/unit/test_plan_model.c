@@ -21,8 +21,8 @@ static void assert_close(double got, double want)
 
 /* A cost table where only the wire costs: every CPU and device cost zero, every link at its rate. */
 static plan_pair_costs free_pairs[] = {
-    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0};
 
@@ -124,7 +124,7 @@ static void shares_cut_large_tensors_and_balance_small_ones(void **state)
 static void cpu_terms_follow_the_formula(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
     plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0};
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -158,6 +158,11 @@ static void cpu_terms_follow_the_formula(void **state)
     assert_close(e.rank_cpu_s, 0.25e-3 + N * 2.0e-9);
     assert_close(e.relay_cpu_s, 2.0e-3 + 4 * 0.5e-3 + N * (4 * 1.0 + 3.0) * 1e-9 + 2 * 0.25e-3 + N * 2.0e-9);
     assert_close(e.shard_cpu_s, 2 * (0.5e-3 + n * 1.0e-9) + step);
+    /* with the relay's own terms measured, they replace the step close and the uplink */
+    pair.relay_ms = 7.0, pair.relay_ns = 5.0;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.relay_cpu_s, 4 * 0.5e-3 + N * 4 * 1.0e-9 + 7.0e-3 + N * 5.0e-9);
+    pair.relay_ms = pair.relay_ns = NAN;
     s.ranks_per_node = 1, s.relays = false;
     /* twice the ranks: twice the per-push part */
     s.world = 16;
@@ -175,7 +180,7 @@ static void cpu_terms_follow_the_formula(void **state)
 static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
     plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0};
     plan_setup s = wire_only(4, 1);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -249,7 +254,7 @@ static void memory_is_the_accounted_bytes(void **state)
     assert_close(e.shard_budget_mib, (n * (8 + 8) + 16 * n / 4) / MiB);
     assert_close(e.shard_rss_mib, 20 + (n * 16 + 1.5 * 16 * n / 4) / MiB);
     s.pull = GA_CODEC_NONE; /* fp32 pulls: one fp32 copy */
-    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
+    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
     c.npairs = 1;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
     assert_close(e.shard_budget_mib, (n * (4 + 8) + 16 * n / 4) / MiB);
