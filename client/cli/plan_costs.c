@@ -17,16 +17,16 @@
  * pull's 2bit encode (the store's step holds the optimizer and the publication).
  * Relay columns (NAN: not measured): bench/relaybench.py's relays, 2 nodes x 4 workers pushing the
  * job's codec to their relay, at 1M and 4M elements, three rounds (`bench/modelrun relays`, the
- * same machine, 10:26-10:36 UTC), fitted by bench/costfit.py to what their CPU leaves after the
+ * same machine, 10:45-10:55 UTC), fitted by bench/costfit.py to what their CPU leaves after the
  * receive costed as the shard's. */
 static const plan_pair_costs pairs[] = {
     /* push, pull, step_ms, push_ms, step_ns, push_ns, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns,
      * relay_ms, relay_ns */
-    {GA_CODEC_NONE, GA_CODEC_NONE, 6.25, 2.217, 19.72, 18.06, 1.77, 19.28, 0.156, 0.161, 0.0, 0.00, 63.58},
-    {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 0.229, 13.53, 11.00, 2.84, 12.68, 0.118, 0.100, 0.0, 27.42, 43.44},
+    {GA_CODEC_NONE, GA_CODEC_NONE, 6.25, 2.217, 19.72, 18.06, 1.77, 19.28, 0.156, 0.161, 0.0, 6.80, 32.03},
+    {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 0.229, 13.53, 11.00, 2.84, 12.68, 0.118, 0.100, 0.0, 26.75, 17.37},
     {GA_CODEC_2BIT, GA_CODEC_NONE, 0.00, 0.525, 4.61, 2.46, 2.01, 14.16, 0.101, 0.0525, 0.0, NAN, NAN},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.00, 0.164, 5.95, 1.45, 0.49, 2.19, 0.036, 0.0525, 0.025, 0.00, 30.28},
-    {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.52, 0.365, 4.17, 0.19, 0.58, 1.80, 0.100, 0.0738, 0.025, 0.00, 27.57},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.00, 0.164, 5.95, 1.45, 0.49, 2.19, 0.036, 0.0525, 0.025, 0.00, 5.91},
+    {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.52, 0.365, 4.17, 0.19, 0.58, 1.80, 0.100, 0.0738, 0.025, 0.00, 6.87},
     {GA_CODEC_INT8, GA_CODEC_INT8, 0.00, 0.291, 23.13, 2.65, 0.38, 6.12, NAN, NAN, NAN, NAN, NAN},
 };
 

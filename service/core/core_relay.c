@@ -363,27 +363,34 @@ static void pass_deltas(const ga_job *job, const ga_uplink_result *res, size_t i
     ga_free(d);
 }
 
-/* The upstream's values (res->params) published as the job's: each tensor's in a new blob, with
- * the upstream's delta pieces passed on when `deltas`. False (the job failed) out of memory. */
+/* The upstream's values (res->params) published as the job's, with the upstream's delta pieces
+ * passed on when `deltas`. Each tensor's values go into the blob it publishes now when nothing
+ * else holds that blob (no pull is sending it; only the loop, which runs this, hands out
+ * references), else into a new one: a relay's versions then land in pages already in memory,
+ * where a new blob every version cost a relay most of its CPU in first-touch page faults.
+ * Every blob is had before any value is written. False (the job failed) out of memory. */
 static bool publish_values(ga_job *job, const ga_uplink_result *res, bool deltas)
 {
     ga_blob **full = ga_calloc(job->ntensors + 1, sizeof *full);
-    for (size_t i = 0; full && i < job->ntensors; i++) {
-        size_t bytes = (size_t)job->tensors[i].elements * sizeof(float);
-        if (!(full[i] = ga_blob_create(bytes))) break;
-        memcpy(full[i]->data, res->params[i], bytes);
+    size_t had = 0;
+    for (; full && had < job->ntensors; had++) {
+        size_t bytes = (size_t)job->tensors[had].elements * sizeof(float);
+        ga_blob *now = job->tensors[had].pub.full;
+        full[had] = now && now->size == bytes && ga_blob_refs(now) == 1 ? ga_blob_ref(now) : ga_blob_create(bytes);
+        if (!full[had]) break;
     }
-    if (!full || (job->ntensors && !full[job->ntensors - 1])) {
-        for (size_t i = 0; full && i < job->ntensors; i++) ga_blob_unref(full[i]);
+    if (!full || had < job->ntensors) {
+        for (size_t i = 0; full && i < had; i++) ga_blob_unref(full[i]);
         ga_free(full);
         ga_core_job_fault(job, GA_E_NOMEM, "out of memory taking upstream version %" PRIu64, res->version);
         return false;
     }
     for (size_t i = 0; i < job->ntensors; i++) {
+        memcpy(full[i]->data, res->params[i], full[i]->size);
         ga_published next = {.full = full[i]};
         if (deltas) pass_deltas(job, res, i, &next);
         ga_published *old = &job->tensors[i].pub;
-        ga_blob_retire(old->full, &job->core->pinned);
+        if (old->full != next.full) ga_blob_retire(old->full, &job->core->pinned);
         if (old->delta) ga_blob_retire(old->delta, &job->core->pinned);
         ga_published_clear(old);
         *old = next;
