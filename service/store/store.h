@@ -3,9 +3,10 @@
  * the core calls it from one thread at a time (a libuv thread-pool task, or the loop while no
  * task of this job runs). What it publishes leaves as immutable blobs the loop hands to pulls.
  *
- * store/ is one module in three files sharing store_internal.h: store.c (tensors, the step's sum,
+ * store/ is one module in four files sharing store_internal.h: store.c (tensors, the step's sum,
  * the optimizers), store_publish.c (the published copy and the pull deltas), store_snapshot.c
- * (checkpoint reads and writes of the buffers), store_scratch.c (the applies' scratch pool). Built alone where only the kernels' needs are met.
+ * (checkpoint reads and writes of the buffers), store_scratch.c (the applies' scratch pool).
+ * Built alone where only the kernels' needs are met.
  * May use: base (blobs); kernels/ (codecs, reduction, optimizer math, CUDA). */
 #ifndef GA_STORE_H
 #define GA_STORE_H

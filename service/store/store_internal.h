@@ -87,6 +87,12 @@ void ga_store_mem_put(ga_store *s, ga_store_mem where, void *p, size_t bytes);
 ga_status ga_store_zero(ga_store *s, float *dst, size_t n);
 /* Pieces of a tensor of n elements. */
 size_t ga_store_npieces(const ga_store *s, size_t n);
+/* A block of memory in `where`, `cap` bytes: what the scratch pool holds and hands out. */
+typedef struct ga_store_block {
+    void *p;
+    size_t cap;
+    ga_store_mem where;
+} ga_store_block;
 /* Frees what ga_store_mem_get returned without uncounting it (the scratch pool's blocks). */
 void ga_store_mem_free(ga_store_mem where, void *p);
 /* An apply's scratch block of at least `need` bytes (need > 0) in `where`, from the scratch pool

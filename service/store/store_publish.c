@@ -82,13 +82,6 @@ static ga_status step_range(ga_store *s, ga_store_tensor *t, size_t lo, size_t l
     return GA_E_OPTIM;
 }
 
-/* A block of the apply's scratch as the scratch pool gave it (its size may exceed the need). */
-typedef struct scratch_block {
-    void *p;
-    size_t cap;
-    ga_store_mem where;
-} scratch_block;
-
 /* What every tensor's step needs, taken before the first value changes, so that on the CPU
  * (where every kernel argument is checked) nothing can fail once the math started; given back to
  * the scratch pool when the apply ends (store.h), so a store between steps holds none of it and
@@ -112,7 +105,7 @@ typedef struct apply_scratch {
     float *sample;      /* automatic pull threshold: host memory, one piece's sample */
     size_t sample_cap;  /* floats */
     double pull_rho;    /* the density pull_auto_bits asks for */
-    scratch_block taken[8]; /* every block above, for scratch_put */
+    ga_store_block taken[8]; /* each block above as the pool gave it, for scratch_put */
     size_t ntaken;
 } apply_scratch;
 
@@ -123,7 +116,7 @@ static ga_status take(ga_store *s, apply_scratch *x, ga_store_mem where, size_t 
     if (need == 0) return GA_OK;
     size_t cap;
     GA_CHECK(ga_store_scratch_take(s, where, need, out, &cap));
-    x->taken[x->ntaken++] = (scratch_block){*out, cap, where};
+    x->taken[x->ntaken++] = (ga_store_block){*out, cap, where};
     return GA_OK;
 }
 

@@ -11,14 +11,8 @@
 
 enum { POOL_SLOTS = 32 };
 
-typedef struct pool_block {
-    void *p;
-    size_t cap;
-    ga_store_mem where;
-} pool_block;
-
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pool_block pool[POOL_SLOTS]; /* oldest first */
+static ga_store_block pool[POOL_SLOTS]; /* oldest first */
 static size_t pool_n;
 static uint64_t pool_limit = GA_STORE_SCRATCH_POOL_BYTES;
 static uint64_t live_stores;
@@ -37,9 +31,9 @@ uint64_t ga_store_scratch_pooled(void)
 }
 
 /* Removes pool[i] (the lock held). */
-static pool_block pool_remove(size_t i)
+static ga_store_block pool_remove(size_t i)
 {
-    pool_block b = pool[i];
+    ga_store_block b = pool[i];
     memmove(&pool[i], &pool[i + 1], (pool_n - i - 1) * sizeof *pool);
     pool_n--;
     atomic_fetch_sub(&pool_bytes, b.cap);
@@ -55,7 +49,7 @@ ga_status ga_store_scratch_take(ga_store *s, ga_store_mem where, size_t need, vo
         if (pool[i].where == where && pool[i].cap >= need && pool[i].cap - need <= need &&
             (best == POOL_SLOTS || pool[i].cap < pool[best].cap))
             best = i;
-    pool_block b = {0};
+    ga_store_block b = {0};
     if (best < POOL_SLOTS) b = pool_remove(best);
     pthread_mutex_unlock(&pool_mu);
     if (!b.p) {
@@ -73,14 +67,14 @@ void ga_store_scratch_give(ga_store *s, ga_store_mem where, void *p, size_t cap)
 {
     if (!p) return;
     s->bytes -= cap;
-    pool_block out[POOL_SLOTS + 1];
+    ga_store_block out[POOL_SLOTS + 1];
     size_t nout = 0;
     pthread_mutex_lock(&pool_mu);
     if (cap > pool_limit) {
-        out[nout++] = (pool_block){p, cap, where};
+        out[nout++] = (ga_store_block){p, cap, where};
     } else {
         while (pool_n == POOL_SLOTS || atomic_load(&pool_bytes) + cap > pool_limit) out[nout++] = pool_remove(0);
-        pool[pool_n++] = (pool_block){p, cap, where};
+        pool[pool_n++] = (ga_store_block){p, cap, where};
         atomic_fetch_add(&pool_bytes, cap);
     }
     pthread_mutex_unlock(&pool_mu);
@@ -96,7 +90,7 @@ void ga_store_scratch_enter(void)
 
 void ga_store_scratch_leave(void)
 {
-    pool_block out[POOL_SLOTS];
+    ga_store_block out[POOL_SLOTS];
     size_t nout = 0;
     pthread_mutex_lock(&pool_mu);
     if (--live_stores == 0)
