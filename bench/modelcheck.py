@@ -9,7 +9,8 @@ link), so every row here is a prediction.
 
 Without --runs it predicts the figures recorded in bench/modelcheck_runs.json (the runs of
 docs/scaling.md, "Validation"); --runs takes them from a `bench/modelrun` OUT directory (each
-figure the median of its repeats) and --record FILE writes them to FILE.
+figure the median of its repeats, whose range the table shows) and --record FILE writes them
+to FILE.
 
 Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.70), or when fewer than
 --min-within (0.60) of the rows are within --limit (0.20): the model's state as docs/scaling.md
@@ -35,8 +36,9 @@ VM = ["--shared-cores", "2", "--server-cores", "2", "--relay-cores", "2"]
 MLP10M = 1024 * 2048 + 2048 + 2 * (2048 * 2048 + 2048) + 2048 * 10 + 10
 
 
-# A row's figure from the runs, with the `gradagg plan` arguments it depends on; None: not measured.
-Picked = Optional[Tuple[float, List[str]]]
+# A row's figures from the runs (one per repeat), with the `gradagg plan` arguments they depend
+# on; None: not measured.
+Picked = Optional[Tuple[List[float], List[str]]]
 
 
 class Runs:
@@ -70,9 +72,9 @@ def one(found: List[float]) -> Optional[float]:
     return statistics.median(found) if found else None
 
 
-def median_of(found: List[float]) -> Picked:
-    """The median of a figure's repeats, for a row whose arguments do not depend on the run."""
-    return (statistics.median(found), []) if found else None
+def repeats(found: List[float]) -> Picked:
+    """A figure's repeats, for a row whose arguments do not depend on the run."""
+    return (found, []) if found else None
 
 
 def netbench(codec: str, pull: str, shards: int, lanes: int, link: str) -> Dict[str, Any]:
@@ -80,7 +82,7 @@ def netbench(codec: str, pull: str, shards: int, lanes: int, link: str) -> Dict[
     name = "netbench_1g" if link == "1 Gbit" else "netbench_lo"
 
     def pick(runs: Runs) -> Picked:
-        return median_of([r["median_s"] for r in runs.rows(name) if r["system"] == system and r["shards"] == shards])
+        return repeats([r["median_s"] for r in runs.rows(name) if r["system"] == system and r["shards"] == shards])
     return {"bench": "netbench", "what": f"{link} {codec}/{pull} S={shards}" + (f" {lanes} lanes" if lanes > 1 else ""),
             "field": "step_s", "pick": pick,
             "args": ["--params", "25000000", "--world", "4", "--link-gbit", "1" if link == "1 Gbit" else "0",
@@ -92,7 +94,7 @@ def relaybench(codec: str, relays: bool, field: str = "step_s") -> Dict[str, Any
     key = {"step_s": "step_s", "relay_cpu_s": "relay_cpu_s_per_step"}[field]
 
     def pick(runs: Runs) -> Picked:
-        return median_of([r[key] for r in runs.rows("relaybench") if r["system"] == system and key in r])
+        return repeats([r[key] for r in runs.rows("relaybench") if r["system"] == system and key in r])
     return {"bench": "relaybench", "what": f"1 Gbit {'relays' if relays else 'flat'} {codec}"
             + (f", inner {codec}" if relays and codec != "none" else ""), "field": field, "pick": pick,
             "args": ["--params", "2500000", "--world", "8", "--ranks-per-node", "4", "--link-gbit", "1",
@@ -104,10 +106,10 @@ def scale(shards: int, world: int, field: str) -> Dict[str, Any]:
     def pick(runs: Runs) -> Picked:
         got = [r for r in runs.ranks() if r["shards"] == shards and r["world"] == world]
         if field == "shard_cpu_s":
-            return median_of([r["cpu_ms_per_rank_step_per_shard"] * world / 1e3 for r in got])
+            return repeats([r["cpu_ms_per_rank_step_per_shard"] * world / 1e3 for r in got])
         if field == "rank_cpu_s":
-            return median_of([r["client_cpu_ms_per_rank_step"] / 1e3 for r in got])
-        return median_of([r["peak_rss_mib_per_shard"] for r in got])
+            return repeats([r["client_cpu_ms_per_rank_step"] / 1e3 for r in got])
+        return repeats([r["peak_rss_mib_per_shard"] for r in got])
     return {"bench": "scalebench", "what": f"2bit/2bit 1M S={shards} W={world}", "field": field, "pick": pick,
             "args": ["--params", "1048576", "--world", str(world), "--link-gbit", "0", "--shards", str(shards),
                      "--lanes", "1", "--codec", "2bit", "--pull-codec", "2bit", "--optimizer", "none", *VM]}
@@ -119,7 +121,7 @@ def service(codec: str, pull: str, field: str) -> Dict[str, Any]:
     key = {"step_s": "step_s", "shard_cpu_s": "server_cpu_s"}[field]
 
     def pick(runs: Runs) -> Picked:
-        return median_of([c[key] for c in runs.service() if c["codec"] == label])
+        return repeats([c[key] for c in runs.service() if c["codec"] == label])
     return {"bench": "bench_service", "what": f"lo {codec}/{pull}", "field": field, "pick": pick,
             "args": ["--params", "25000000", "--world", "4", "--link-gbit", "0", "--shards", "1", "--lanes", "1",
                      "--codec", codec, "--pull-codec", pull, *VM]}
@@ -136,10 +138,9 @@ def trainbench(codec: str, link: str, field: str = "iteration_s") -> Dict[str, A
         floor = one([r["median_fwdbwd_s"] for r in rows if r["link"] == tb_link and r["system"] == "floor"])
         got = [r["median_s"] if field == "iteration_s" else r["shards_cpu_s"] / r["world"]
                for r in rows if r["link"] == tb_link and r["system"] == system]
-        m = one(got)
-        if m is None or floor is None:
+        if not got or floor is None:
             return None
-        return m, ["--compute-ms", f"{floor * 1e3 * 2 / 4:.1f}"]
+        return got, ["--compute-ms", f"{floor * 1e3 * 2 / 4:.1f}"]
     return {"bench": "trainbench", "what": f"mlp10m {link} {'none' if codec == 'none' else '2bit both ways'}, "
             "colocated, serial", "field": field, "pick": pick,
             "args": ["--params", str(MLP10M), "--world", "4", "--link-gbit", "1" if link == "1 Gbit" else "0",
@@ -161,6 +162,13 @@ ROWS: List[Dict[str, Any]] = [
     *[trainbench(c, link) for link in ("1 Gbit", "lo") for c in ("none", "2bit")],
     *[trainbench(c, link, "shard_cpu_s") for link in ("1 Gbit", "lo") for c in ("none", "2bit")],
 ]
+
+
+def spread(found: List[float], scale: float) -> str:
+    """The repeats' range (the median is the measured figure) and their count: '64.0-74.0 (3)'."""
+    if len(found) < 2:
+        return "1 run"
+    return f"{min(found) * scale:.1f}-{max(found) * scale:.1f} ({len(found)})"
 
 
 def key(row: Dict[str, Any]) -> str:
@@ -188,7 +196,7 @@ def measured(a: argparse.Namespace) -> Tuple[Dict[str, Any], str, float]:
     for row in ROWS:
         m = row["pick"](runs)
         if m is not None:
-            got[key(row)] = {"measured": m[0], "args": m[1]}
+            got[key(row)] = {"measured": statistics.median(m[0]), "repeats": m[0], "args": m[1]}
     when = a.when or "measured with bench/modelrun"
     if a.record:
         with open(a.record, "w") as f:
@@ -213,12 +221,12 @@ def main() -> int:
     figures, when, disk = measured(a)
     print(f"measured: {when}; the journal's disk {disk:.2f} GB/s\n")
     results, worst = [], 0.0
-    print("| benchmark | run | figure | measured | predicted | predicted / measured | bound (model) |")
-    print("|---|---|---|---:|---:|---:|---|")
+    print("| benchmark | run | figure | measured | repeats | predicted | predicted / measured | bound (model) |")
+    print("|---|---|---|---:|---:|---:|---:|---|")
     for row in ROWS:
         got = figures.get(key(row))
         if got is None:
-            print(f"| {row['bench']} | {row['what']} | {row['field']} | not measured | | | |")
+            print(f"| {row['bench']} | {row['what']} | {row['field']} | not measured | | | | |")
             continue
         rec = predict(a.gradagg, row["args"] + got["args"] + ["--disk-gbyte-s", f"{disk:.3f}"])
         p, m = rec[row["field"]], got["measured"]
@@ -227,9 +235,10 @@ def main() -> int:
         flag = "" if abs(ratio - 1) <= a.limit else " **over**"
         unit = "MiB" if row["field"].endswith("mib") else "ms"
         scale = 1 if unit == "MiB" else 1e3
-        print(f"| {row['bench']} | {row['what']} | {row['field']} | {m * scale:.1f} {unit} | {p * scale:.1f} {unit} | "
-              f"{ratio:.2f}{flag} | {rec['bound']} |")
-        results.append({"row": key(row), "measured": m, "predicted": p, "ratio": ratio, "bound": rec["bound"]})
+        print(f"| {row['bench']} | {row['what']} | {row['field']} | {m * scale:.1f} {unit} | "
+              f"{spread(got.get('repeats', [m]), scale)} | {p * scale:.1f} {unit} | {ratio:.2f}{flag} | {rec['bound']} |")
+        results.append({"row": key(row), "measured": m, "predicted": p, "ratio": ratio, "bound": rec["bound"],
+                        "repeats": got.get("repeats", [m])})
     if not results:
         print("modelcheck: FAIL: no measured row")
         return 1
