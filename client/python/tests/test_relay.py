@@ -24,6 +24,7 @@ import gradagg
 from conftest import Server
 from _util import F32, FAST, child_env, regression_data, regression_grads, regression_init, run_ranks
 from test_cli import cli_json
+from _wire import SERVICE, channel, fields, pull_request
 
 NODES, K = 2, 4
 W = NODES * K
@@ -552,6 +553,44 @@ def test_hostile_requests_to_a_relay(layout: Layout, job: str) -> None:
     ch.unary_unary(svc + "Leave")(field_bytes(1, job.encode()) + field_varint(2, 0) + field_varint(3, 9), timeout=10)
     out = run_ranks(lambda r: train(layout, job + "-after", r, 2), W, timeout=60)
     assert_all_equal(out, scalar_model(2, [range(W)] * 2), 2)
+
+
+def test_a_pull_still_answering_keeps_its_version_at_a_relay(tmp_path: Path, job: str) -> None:
+    """A relay writes each upstream version into the blob it publishes when nothing else holds
+    that blob (service/core/core_relay.c). A pull of version 2 that has begun and is not read
+    (64 MiB: most of it still waits in the relay's send) holds it, so versions 3 and 4 go into
+    new blobs and the held pull, read at last, carries version 2's values bit for bit."""
+    binary = gradagg._lib.server_binary()
+    (tmp_path / "up").mkdir()
+    (tmp_path / "node").mkdir()
+    up = Server(binary, tmp_path / "up")
+    relay = Server(binary, tmp_path / "node", "--relay-to", up.addr, "--relay-node", "0", "--relay-nodes", "1",
+                   "--relay-workers", "1")
+    n = 16 << 20
+    try:
+        w = np.zeros(n, F32)
+        with gradagg.Client(relay.addr, job, 0, 1, optimizer=gradagg.SGD(lr=LR), incarnation=7, **FAST) as c:
+            c.add_tensor("w", w)
+            c.init()
+            for s in range(2):
+                c.step([np.full(n, s + 1, F32)])
+            v2 = w.copy()
+            held = channel(relay.addr).unary_stream(SERVICE + "Pull")(pull_request(job, 0, 7, 2), timeout=120)
+            chunks = [next(held)]  # its answer has begun; the rest waits unread
+            for s in range(2, 4):
+                c.step([np.full(n, s + 1, F32)])
+            assert c.version == 4 and not np.array_equal(w, v2)
+        chunks += list(held)
+        got = np.zeros(n, F32)
+        for chunk in chunks:
+            f = fields(chunk)
+            assert f[1] == [2] and f[2] == [b"w"] and f.get(5, [0]) == [0], f"not version 2's full values: {f.keys()}"
+            off, count = f.get(3, [0])[0], f[4][0]
+            got[off:off + count] = np.frombuffer(f[15][0], F32)
+        np.testing.assert_array_equal(got, v2)
+    finally:
+        relay.stop()
+        up.stop()
 
 
 def test_what_a_relay_refuses(layout: Layout, job: str) -> None:
