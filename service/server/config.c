@@ -93,7 +93,9 @@ static const row rows[GA_CFG_KEYS] = {
                                         1u << 20,
                                         "receive window of each call, KiB: what gRPC may buffer of a stream that "
                                         "the server has not read yet; 0 = sized by gRPC's bandwidth-delay probe "
-                                        "(fastest, unbounded)"),
+                                        "(fastest; bounded only by --grpc-memory-mb); a fixed window such as 4096 "
+                                        "keeps a shard nearer its accounted bytes (docs/benchmarks.md, \"Shard "
+                                        "memory\")"),
     [GA_CFG_DEADLINE_MS] = ROW_U32("deadline-ms", "GRADAGG_DEADLINE_MS", deadline_ms, "0", 0, 86400000,
                                    "straggler deadline after a step's first commit when a job sets none; 0 = wait "
                                    "for every rank"),
