@@ -3,14 +3,15 @@
 runs, and prints them as the rows of client/cli/plan_costs.c.
 
 Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16 at 256K to 16M elements
-per codec pair and W = 64 at 256K and 1M, in rounds; none:none again with --durability
-checkpoint, which gives the journal's share), then
+per codec pair and W = 64 at 256K and 1M, and W = 4 and 16 with 16 lanes at 1M, in rounds;
+none:none again with --durability checkpoint, which gives the journal's share), then
 
   /usr/bin/python3 bench/costfit.py OUT/calib/*.json
 
-Per codec pair, with n the elements of the shard's share and W the ranks:
-  shard CPU per step    = step_ms + W * push_ms + n * (step_ns + W * push_ns)
-  worker CPU per step   = call_ms + N * worker_ns        (one core, the SDK's encode, decode, copies)
+Per codec pair, with n the elements of the shard's share, W the ranks and L the lanes (each lane
+a job of its own, with its own step close and pushes):
+  shard CPU per step    = L * (step_ms + W * push_ms) + n * (step_ns + W * push_ns)
+  worker CPU per step   = L * call_ms + N * worker_ns    (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
   relay CPU per step    = G * (push_ms + N * push_ns) + relay_ms + N * relay_ns
@@ -28,8 +29,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-Row = Tuple[int, int, float, float, float, float]  # elements, world, server CPU s/step, client CPU s/rank-step,
-#                                                  RSS MiB, step s
+Row = Tuple[float, ...]  # elements, world, server CPU s/step, client CPU s/rank-step, RSS MiB, step s, lanes
 PUSH_BYTES = {"none": 4.0, "fp16": 2.0, "2bit": 0.25, "int8": 1 + 4 / 64, "topk": 0.001 * 8}  # per element
 
 
@@ -63,15 +63,15 @@ def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
             key = (r["codec"], r["pull_codec"], "checkpoint" in path)
             pairs.setdefault(key, []).append((r["elements"], r["world"], r["server_cpu_s"] / r["steps"],
                                                r["client_cpu_ms_per_rank_step"] / 1e3, r["peak_rss_mib_per_shard"],
-                                               r["step_s"]))
+                                               r["step_s"], r.get("lanes", 1)))
             cores = d["cores"]
     # A configuration measured several times (bench/modelrun's rounds) counts once, as the
     # median of each figure: one disturbed round moves a median less than a mean.
     for key, rows in pairs.items():
-        repeats: Dict[Tuple[int, int], List[Row]] = {}
+        repeats: Dict[Tuple[float, ...], List[Row]] = {}
         for r in rows:
-            repeats.setdefault((r[0], r[1]), []).append(r)
-        pairs[key] = [tuple(float(np.median([r[i] for r in rs])) for i in range(6)) for rs in repeats.values()]
+            repeats.setdefault((r[0], r[1], r[6]), []).append(r)
+        pairs[key] = [tuple(float(np.median([r[i] for r in rs])) for i in range(7)) for rs in repeats.values()]
     return pairs
 
 
@@ -122,10 +122,11 @@ def main() -> int:
     for key, rows in sorted(pairs.items()):
         n = np.array([r[0] for r in rows], float)
         w = np.array([r[1] for r in rows], float)
-        server = nonneg_relative_fit(np.stack([np.ones_like(n), w, n, w * n], 1), np.array([r[2] for r in rows]))
-        worker = nonneg_relative_fit(np.stack([np.ones_like(n), n], 1), np.array([r[3] for r in rows]))
+        lanes = np.array([r[6] for r in rows], float)
+        server = nonneg_relative_fit(np.stack([lanes, lanes * w, n, w * n], 1), np.array([r[2] for r in rows]))
+        worker = nonneg_relative_fit(np.stack([lanes, n], 1), np.array([r[3] for r in rows]))
         fits[key] = (server, worker)
-        worst = max(abs(np.dot([1, r[1], r[0], r[1] * r[0]], server) / r[2] - 1) for r in rows)
+        worst = max(abs(np.dot([r[6], r[6] * r[1], r[0], r[1] * r[0]], server) / r[2] - 1) for r in rows)
         print(f"# {key[0]}/{key[1]}{' checkpoint' if key[2] else ''}: {len(rows)} runs, worst server fit "
               f"{100 * worst:.0f} %", file=sys.stderr)
     print("/* push, pull: step_ms, push_ms, step_ns, push_ns (shard, per element of its share); "
@@ -139,21 +140,21 @@ def main() -> int:
     xs, ys = [], []
     for (push, pull, _), rows in pairs.items():
         copies = 1 if pull == "none" else 2
-        for n, w, _, _, rss, _ in rows:
+        for n, w, _, _, rss, _, _ in rows:
             xs.append([1, w * n * PUSH_BYTES[push] / 2**20, w])
             ys.append(rss - n * 4 * copies / 2**20)
     mem = nonneg_relative_fit(np.array(xs), np.array(ys))
     print(f"/* memory: base {mem[0]:.1f} MiB, held factor {mem[1]:.2f}, {mem[2]:.3f} MiB per rank */")
     # How busy the shared cores keep while everything runs on them: the step's CPU (server and
     # clients) over the cores, against the step's wall time.
-    busy = [(srv + w * cl) / cores / step for rows in pairs.values() for _, w, srv, cl, _, step in rows]
+    busy = [(srv + w * cl) / cores / step for rows in pairs.values() for _, w, srv, cl, _, step, _ in rows]
     print(f"/* shared cores busy: median {float(np.median(busy)):.2f} of {len(busy)} runs "
           f"({min(busy):.2f} to {max(busy):.2f}) */")
     # The journal: the server CPU of none:none with every push journaled over the same runs with
     # checkpoint durability, per byte pushed (W pushes of 4 n bytes a step); the median of the
     # configurations measured both ways.
-    acked = {(r[0], r[1]): r[2] for r in pairs.get(("none", "none", False), [])}
-    ckpt = {(r[0], r[1]): r[2] for r in pairs.get(("none", "none", True), [])}
+    acked = {(r[0], r[1]): r[2] for r in pairs.get(("none", "none", False), []) if r[6] == 1}
+    ckpt = {(r[0], r[1]): r[2] for r in pairs.get(("none", "none", True), []) if r[6] == 1}
     per_byte = [(acked[k] - ckpt[k]) / (k[1] * k[0] * 4) for k in acked if k in ckpt]
     if per_byte:
         print(f"/* journal: {1e9 * float(np.median(per_byte)):.2f} ns per byte pushed (median of {len(per_byte)}: "

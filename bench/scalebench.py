@@ -126,8 +126,8 @@ def rank_loop(addrs: List[str], job: str, r: int, world: int, grad: np.ndarray, 
     and its CPU seconds over them (meaningful in a process of its own)."""
     params = np.zeros(a.elements, np.float32)
     step_s: List[float] = []
-    with gradagg.Client(addrs, job, r, world, pull_codec=a.pull_codec, mean=True, threads=1, call_timeout_ms=600000,
-                        step_timeout_ms=600000) as c:
+    with gradagg.Client(addrs, job, r, world, pull_codec=a.pull_codec, mean=True, threads=1, lanes=a.lanes,
+                        call_timeout_ms=600000, step_timeout_ms=600000) as c:
         c.add_tensor("w", params, codec=a.codec)
         c.init()
         for _ in range(a.warmup):
@@ -230,7 +230,7 @@ def run_ranks(work: str, shards: int, world: int, a: argparse.Namespace) -> Dict
             s.stop()
     cpu = cpu1 - cpu0
     return {
-        "shards": shards, "world": world, "elements": a.elements, "steps": steps,
+        "shards": shards, "world": world, "elements": a.elements, "lanes": a.lanes, "steps": steps,
         "ranks_as": "processes" if a.rank_processes else "threads",
         "step_s": statistics.median(step_s), "wall_s": wall,
         "server_cpu_s": cpu,
@@ -300,6 +300,7 @@ def main() -> int:
     ap.add_argument("--elements", type=int, default=1 << 20)
     ap.add_argument("--codec", default="2bit")
     ap.add_argument("--pull-codec", default="2bit")
+    ap.add_argument("--lanes", type=int, default=1, help="lanes per shard (docs/sdk.md, \"Lanes\")")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8, help="measured steps, at least")
     ap.add_argument("--rank-steps", type=int, default=512,

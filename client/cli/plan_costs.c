@@ -9,7 +9,9 @@
  * elements per codec pair and W = 64 at 256K and 1M, three rounds (`bench/modelrun calib`),
  * fitted by bench/costfit.py to each configuration's median (2026-11-29 09:28-10:04 UTC, the
  * 2-vCPU VM: AMD EPYC, 2 vCPUs, 24 GiB; clients and server on the same two cores, so the
- * per-byte costs include loopback TCP on both ends). topk at its default ratio 0.001.
+ * per-byte costs include loopback TCP on both ends). topk at its default ratio 0.001. The
+ * 2bit/2bit row also fits three rounds of 16 lanes at 1M elements, W = 4 and 16 (13:40 UTC), which
+ * give its per-lane terms (step_ms, push_ms, call_ms); the other pairs have no lane runs.
  * GPU columns (NAN: not measured): the H200's bench_codecs (25M floats: encode, decode_add) and
  * bench_store --backend cuda (W = 8, n = 100M, SGD) of 2026-11-27, with 55 GB/s over PCIe both
  * ways (docs/benchmarks.md, "GPU"). worker_gpu_ns = encode + the pull's decode (or its fp32 copy
@@ -25,7 +27,7 @@ static const plan_pair_costs pairs[] = {
     {GA_CODEC_NONE, GA_CODEC_NONE, 6.25, 2.217, 19.72, 18.06, 1.77, 19.28, 0.156, 0.161, 0.0, 6.80, 32.03},
     {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 0.229, 13.53, 11.00, 2.84, 12.68, 0.118, 0.100, 0.0, 26.75, 17.37},
     {GA_CODEC_2BIT, GA_CODEC_NONE, 0.00, 0.525, 4.61, 2.46, 2.01, 14.16, 0.101, 0.0525, 0.0, NAN, NAN},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.00, 0.164, 5.95, 1.45, 0.49, 2.19, 0.036, 0.0525, 0.025, 0.00, 5.91},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.43, 0.260, 5.74, 1.31, 0.59, 2.10, 0.036, 0.0525, 0.025, 0.00, 6.13},
     {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.52, 0.365, 4.17, 0.19, 0.58, 1.80, 0.100, 0.0738, 0.025, 0.00, 6.87},
     {GA_CODEC_INT8, GA_CODEC_INT8, 0.00, 0.291, 23.13, 2.65, 0.38, 6.12, NAN, NAN, NAN, NAN, NAN},
 };

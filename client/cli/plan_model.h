@@ -15,11 +15,12 @@
  * by bench/costfit.py. NAN where never measured: the model refuses that pair on that side. */
 typedef struct plan_pair_costs {
     ga_codec_id push, pull;
-    /* A shard's CPU seconds per step = step_ms + U * push_ms + n * (step_ns + U * push_ns), n the
-     * elements of its share, U the ranks pushing to it; every push journaled. */
+    /* A shard's CPU seconds per step = L * (step_ms + U * push_ms) + n * (step_ns + U * push_ns),
+     * n the elements of its share, U the ranks pushing to it, L its lanes (each a job of its
+     * own); every push journaled. */
     double step_ms, push_ms, step_ns, push_ns;
-    /* A rank's CPU per step on one core: call_ms + N * worker_ns (encode, the pull's decode, the
-     * SDK's copies), N the model's elements. */
+    /* A rank's CPU per step on one core: call_ms per placement (shard x lane) + N * worker_ns
+     * (encode, the pull's decode, the SDK's copies), N the model's elements. */
     double call_ms, worker_ns;
     /* A GPU worker: encode and the pull's decode on the device, plus the payloads over PCIe, ns
      * per element of the model. */
