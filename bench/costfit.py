@@ -3,8 +3,9 @@
 runs, and prints them as the rows of client/cli/plan_costs.c.
 
 Calibration: `sudo bench/modelrun calib OUT` (one shard, W = 4 and 16 at 256K to 16M elements
-per codec pair and W = 64 at 256K and 1M, and W = 4 and 16 with 16 lanes at 1M for 2bit both ways, in rounds;
-none:none again with --durability checkpoint, which gives the journal's share), then
+per codec pair and W = 64 at 256K and 1M, and for 2bit both ways W = 4 and 16 with 16 lanes at
+1M, in rounds; none:none again with --durability checkpoint, which gives the journal's share),
+then
 
   /usr/bin/python3 bench/costfit.py OUT/calib/*.json
 

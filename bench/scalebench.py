@@ -21,7 +21,7 @@ then SIGKILL and restart: the time until /readyz answers 200 with every job rest
 and descriptors after it.
 
   /usr/bin/python3 bench/scalebench.py [--worlds 4,16,64,256] [--shards 1,2,4] [--jobs 1000]
-      [--elements 1048576] [--steps 8] [--json FILE]
+      [--elements 1048576] [--lanes 1] [--steps 8] [--json FILE]
 
 Needs the Release build (GRADAGG_BUILD, default build/unit). The figures are in
 docs/scaling.md."""
