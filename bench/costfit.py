@@ -11,7 +11,13 @@ then
 
 Per codec pair, with n the elements of the shard's share, W the ranks and L the lanes (each lane
 a job of its own, with its own step close and pushes):
-  shard CPU per step    = L * (step_ms + W * push_ms) + n * (step_ns + W * push_ns)
+  shard CPU per step    = L * (step_ms + W^a * push_ms) + m * (step_ns + W^a * push_ns)
+                          m = n + k * max(0, n - CACHE_ELEMENTS): the elements past what the cache
+                          holds cost 1 + k times as much; a (world_exp) and k (cache_factor) are
+                          chosen on a grid, the four coefficients fitted at each point
+  S shards on the same cores: each shard's CPU * (1 + contention * (S - 1)), the median over the
+                          S = 2 and 4 runs (the pair's S = 1 fit at the shard's share); 0 where
+                          the runs' range holds 0
   worker CPU per step   = L * call_ms + N * worker_ns    (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
@@ -26,11 +32,17 @@ configuration run several times is fitted as the median of its runs."""
 import glob
 import json
 import sys
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 Row = Tuple[float, ...]  # elements, world, server CPU s/step, client CPU s/rank-step, RSS MiB, step s, lanes
+# A share past this many elements outgrows the caches (its fp32 parameters, sum and published copy,
+# 12 bytes an element, against the calibration machine's 32 MiB L3): client/cli/plan_costs.c's
+# cache_elements.
+CACHE_ELEMENTS = 2 << 20
+WORLD_EXPS = np.round(np.arange(0.60, 1.0001, 0.02), 2)
+CACHE_FACTORS = np.round(np.arange(0.0, 3.0001, 0.05), 2)
 PUSH_BYTES = {"none": 4.0, "fp16": 2.0, "2bit": 0.25, "int8": 1 + 4 / 64, "topk": 0.001 * 8}  # per element
 
 
@@ -50,7 +62,9 @@ def nonneg_relative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 cores = 0
 
 
-def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
+def load(paths: List[str], shards: int = 1) -> Dict[Tuple[str, str, bool], List[Row]]:
+    """Each codec pair's runs with `shards` shards (1: the fit's; more: the contention's), server
+    CPU per step and RSS per shard, elements those of the most loaded shard's share."""
     global cores
     pairs: Dict[Tuple[str, str, bool], List[Row]] = {}
     for path in paths:
@@ -59,10 +73,11 @@ def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
         if "ranks" not in d:
             continue  # a relaybench run (load_relays)
         for r in d["ranks"]:
-            if r["shards"] != 1:
+            if r["shards"] != shards:
                 continue
             key = (r["codec"], r["pull_codec"], "checkpoint" in path)
-            pairs.setdefault(key, []).append((r["elements"], r["world"], r["server_cpu_s"] / r["steps"],
+            share = -(-r["elements"] // shards)  # one tensor, cut into S ranges (the SDK's rule)
+            pairs.setdefault(key, []).append((share, r["world"], r["server_cpu_s"] / r["steps"] / shards,
                                                r["client_cpu_ms_per_rank_step"] / 1e3, r["peak_rss_mib_per_shard"],
                                                r["step_s"], r.get("lanes", 1)))
             cores = d["cores"]
@@ -74,6 +89,36 @@ def load(paths: List[str]) -> Dict[Tuple[str, str, bool], List[Row]]:
             repeats.setdefault((r[0], r[1], r[6]), []).append(r)
         pairs[key] = [tuple(float(np.median([r[i] for r in rs])) for i in range(7)) for rs in repeats.values()]
     return pairs
+
+
+def server_terms(rows: List[Row], world_exp: float, cache_factor: float) -> np.ndarray:
+    """The shard model's four columns (step_ms, push_ms, step_ns, push_ns) for each run."""
+    n = np.array([r[0] for r in rows], float)
+    u = np.array([r[1] for r in rows], float) ** world_exp
+    lanes = np.array([r[6] for r in rows], float)
+    m = n + cache_factor * np.maximum(0.0, n - CACHE_ELEMENTS)
+    return np.stack([lanes, lanes * u, m, u * m], 1)
+
+
+def fit_server(rows: List[Row]) -> Tuple[np.ndarray, float, float, float]:
+    """The shard's coefficients, world_exp and cache_factor of the least relative squares over the
+    grid; and the worst relative error of the fit."""
+    y = np.array([r[2] for r in rows])
+    best = None
+    for a in WORLD_EXPS:
+        for k in CACHE_FACTORS:
+            x = server_terms(rows, a, k)
+            c = nonneg_relative_fit(x, y)
+            rel = x @ c / y - 1
+            sq = float(np.dot(rel, rel))
+            if best is None or sq < best[0] - 1e-12:
+                best = (sq, c, float(a), float(k), float(np.abs(rel).max()))
+    return best[1], best[2], best[3], best[4]
+
+
+def shard_cpu(fit: Tuple[np.ndarray, float, float], share: float, world: float, lanes: float = 1) -> float:
+    c, a, k = fit
+    return float(server_terms([(share, world, 0, 0, 0, 0, lanes)], a, k)[0] @ c)
 
 
 # bench/relaybench.py: its relay rows (the workers pushing the job's codec to their relay, "-inner",
@@ -106,14 +151,31 @@ def fit_relays(paths: List[str], fits: Dict[Tuple[str, str, bool], Tuple[np.ndar
         return
     print("/* relays (bench/relaybench.py, G = %d): push, pull: relay_ms, relay_ns */" % g)
     for pair, sizes in sorted(relays.items()):
-        server = fits[(pair[0], pair[1], False)][0]
+        server, a, kf = fits[(pair[0], pair[1], False)][0]
         n = np.array(sorted(sizes), float)
         cpu = np.array([float(np.median(sizes[int(k)])) for k in n])
-        rest = cpu - g * (server[1] + n * server[3])
+        m = n + kf * np.maximum(0.0, n - CACHE_ELEMENTS)
+        receive = g ** a * (server[1] + m * server[3])  # G pushes, received as a shard does
+        rest = cpu - receive
         c = nonneg_relative_fit(np.stack([np.ones_like(n), n], 1), np.maximum(rest, 1e-6))
-        worst = max(abs((g * (server[1] + k * server[3]) + c[0] + k * c[1]) / y - 1) for k, y in zip(n, cpu))
+        worst = max(abs((r + c[0] + k * c[1]) / y - 1) for k, r, y in zip(n, receive, cpu))
         print(f"/* {pair[0]}/{pair[1]}: {1e3 * c[0]:.2f}, {1e9 * c[1]:.2f} ({len(n)} sizes, "
               f"{sum(len(v) for v in sizes.values())} runs, worst fit {100 * worst:.0f} %) */")
+
+
+def fit_contention(paths: List[str], fits: Dict[Tuple[str, str, bool], Any]) -> None:
+    """Prints the shards' contention: S shard processes on the same cores, each one's CPU over what
+    the pair's S = 1 fit gives its share, as 1 + contention * (S - 1): the median over the runs,
+    or 0 where their range holds 0 (not resolved from the noise between runs)."""
+    per_run = []
+    for shards in (2, 4):
+        for key, rows in load(paths, shards).items():
+            if key in fits:
+                per_run += [(r[2] / shard_cpu(fits[key][0], r[0], r[1], r[6]) - 1) / (shards - 1) for r in rows]
+    if per_run:
+        median = float(np.median(per_run)) if min(per_run) > 0 or max(per_run) < 0 else 0.0
+        print(f"/* shard contention: {median:.3f} per further shard ({len(per_run)} runs: median "
+              f"{float(np.median(per_run)):.3f}, {min(per_run):.3f} to {max(per_run):.3f}) */")
 
 
 def main() -> int:
@@ -122,21 +184,20 @@ def main() -> int:
     fits = {}
     for key, rows in sorted(pairs.items()):
         n = np.array([r[0] for r in rows], float)
-        w = np.array([r[1] for r in rows], float)
         lanes = np.array([r[6] for r in rows], float)
-        server = nonneg_relative_fit(np.stack([lanes, lanes * w, n, w * n], 1), np.array([r[2] for r in rows]))
+        server, a, k, worst = fit_server(rows)
         worker = nonneg_relative_fit(np.stack([lanes, n], 1), np.array([r[3] for r in rows]))
-        fits[key] = (server, worker)
-        worst = max(abs(np.dot([r[6], r[6] * r[1], r[0], r[1] * r[0]], server) / r[2] - 1) for r in rows)
+        fits[key] = ((server, a, k), worker)
         print(f"# {key[0]}/{key[1]}{' checkpoint' if key[2] else ''}: {len(rows)} runs, worst server fit "
               f"{100 * worst:.0f} %", file=sys.stderr)
-    print("/* push, pull: step_ms, push_ms, step_ns, push_ns (shard, per element of its share); "
-          "call_ms, worker_ns */")
-    for (push, pull, ckpt), (s, wk) in sorted(fits.items()):
+    print("/* push, pull: step_ms, push_ms, step_ns, push_ns (shard, per element of its share), world_exp, "
+          "cache_factor; call_ms, worker_ns */")
+    for (push, pull, ckpt), ((s, a, k), wk) in sorted(fits.items()):
         if ckpt:
             continue
         print(f"{{GA_CODEC_{push.upper()}, GA_CODEC_{pull.upper()}, {1e3 * s[0]:.2f}, {1e3 * s[1]:.3f}, "
-              f"{1e9 * s[2]:.2f}, {1e9 * s[3]:.2f}, {1e3 * wk[0]:.2f}, {1e9 * wk[1]:.2f}}},")
+              f"{1e9 * s[2]:.2f}, {1e9 * s[3]:.2f}, {a:.2f}, {k:.2f}, {1e3 * wk[0]:.2f}, {1e9 * wk[1]:.2f}}},")
+    fit_contention(paths, fits)
     # Resident memory: base + n * 4 * copies + W * (n * push bytes * held + rank), MiB.
     xs, ys = [], []
     for (push, pull, _), rows in pairs.items():

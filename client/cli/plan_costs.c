@@ -6,30 +6,32 @@
 #include "plan_model.h"
 
 /* CPU columns: bench/scalebench.py on one shard, W = 4 and 16 ranks x 256K, 1M, 4M and 16M
- * elements per codec pair and W = 64 at 256K and 1M, three rounds (`bench/modelrun calib`),
- * fitted by bench/costfit.py to each configuration's median (2026-11-29 09:28-10:04 UTC, the
- * 2-vCPU VM: AMD EPYC, 2 vCPUs, 24 GiB; clients and server on the same two cores, so the
- * per-byte costs include loopback TCP on both ends). topk at its default ratio 0.001. The
- * 2bit/2bit row also fits three rounds of 16 lanes at 1M elements, W = 4 and 16 (13:40 UTC), which
- * give its per-lane terms (step_ms, push_ms, call_ms); the other pairs have no lane runs.
+ * elements per codec pair and W = 64 at 256K and 1M, three rounds (`bench/modelrun all`),
+ * fitted by bench/costfit.py to each configuration's median (2026-11-29 14:57-15:24 UTC, a
+ * 2-vCPU VM: AMD EPYC, 2 vCPUs, 24 GiB, 32 MiB L3; clients and server on the same two cores, so
+ * the per-byte costs include loopback TCP on both ends). topk at its default ratio 0.001. The
+ * 2bit/2bit row also fits 16 lanes at 1M elements, W = 4 and 16, which give its per-lane terms
+ * (step_ms, push_ms, call_ms); the other pairs have no lane runs. world_exp and cache_factor:
+ * the grid point of the least relative squares; shard_contention: S = 2 and 4 at 4M elements
+ * for none/none and 2bit/2bit, the same rounds.
  * GPU columns (NAN: not measured): the H200's bench_codecs (25M floats: encode, decode_add) and
  * bench_store --backend cuda (W = 8, n = 100M, SGD) of 2026-11-27, with 55 GB/s over PCIe both
  * ways (docs/benchmarks.md, "GPU"). worker_gpu_ns = encode + the pull's decode (or its fp32 copy
  * in) + the push payload out; cuda_push_ns = the store's step ÷ (8 x 100M); cuda_step_ns = the
  * pull's 2bit encode (the store's step holds the optimizer and the publication).
  * Relay columns (NAN: not measured): bench/relaybench.py's relays, 2 nodes x 4 workers pushing the
- * job's codec to their relay, at 1M and 4M elements, three rounds (`bench/modelrun relays`, the
- * same machine, 10:45-10:55 UTC), fitted by bench/costfit.py to what their CPU leaves after the
- * receive costed as the shard's. */
+ * job's codec to their relay, at 1M and 4M elements, in the same three rounds, fitted by
+ * bench/costfit.py to what their CPU leaves after the receive costed as the shard's (none/none's
+ * receive alone is within 4 % of its relay's CPU: 0, 0). */
 static const plan_pair_costs pairs[] = {
-    /* push, pull, step_ms, push_ms, step_ns, push_ns, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns,
+    /* push, pull, step_ms, push_ms, step_ns, push_ns, world_exp, cache_factor, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns,
      * relay_ms, relay_ns */
-    {GA_CODEC_NONE, GA_CODEC_NONE, 6.25, 2.217, 19.72, 18.06, 1.77, 19.28, 0.156, 0.161, 0.0, 6.80, 32.03},
-    {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 0.229, 13.53, 11.00, 2.84, 12.68, 0.118, 0.100, 0.0, 26.75, 17.37},
-    {GA_CODEC_2BIT, GA_CODEC_NONE, 0.00, 0.525, 4.61, 2.46, 2.01, 14.16, 0.101, 0.0525, 0.0, NAN, NAN},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.43, 0.260, 5.74, 1.31, 0.59, 2.10, 0.036, 0.0525, 0.025, 0.00, 6.13},
-    {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.52, 0.365, 4.17, 0.19, 0.58, 1.80, 0.100, 0.0738, 0.025, 0.00, 6.87},
-    {GA_CODEC_INT8, GA_CODEC_INT8, 0.00, 0.291, 23.13, 2.65, 0.38, 6.12, NAN, NAN, NAN, NAN, NAN},
+    {GA_CODEC_NONE, GA_CODEC_NONE, 0.20, 1.248, 0.00, 9.17, 0.92, 0.10, 0.63, 5.82, 0.156, 0.161, 0.0, 0.00, 0.00},
+    {GA_CODEC_FP16, GA_CODEC_NONE, 0.00, 1.224, 0.62, 6.22, 0.90, 0.00, 1.18, 4.75, 0.118, 0.100, 0.0, 0.74, 4.08},
+    {GA_CODEC_2BIT, GA_CODEC_NONE, 0.65, 0.501, 0.47, 2.88, 0.94, 0.00, 0.55, 5.30, 0.101, 0.0525, 0.0, NAN, NAN},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 1.09, 0.456, 3.49, 0.86, 0.94, 0.15, 0.65, 2.22, 0.036, 0.0525, 0.025, 0.00, 5.09},
+    {GA_CODEC_TOPK, GA_CODEC_2BIT, 0.57, 0.688, 4.44, 0.31, 0.88, 0.00, 0.42, 2.47, 0.100, 0.0738, 0.025, 0.34, 4.99},
+    {GA_CODEC_INT8, GA_CODEC_INT8, 1.27, 0.656, 3.67, 2.31, 0.96, 0.25, 0.50, 4.05, NAN, NAN, NAN, NAN, NAN},
 };
 
 const plan_costs plan_costs_measured = {
@@ -37,17 +39,23 @@ const plan_costs plan_costs_measured = {
     .pairs = pairs,
     .npairs = sizeof pairs / sizeof pairs[0],
     /* none/none acked against --durability checkpoint, per byte pushed (bench/costfit.py: the
-     * median of eight configurations, 0.34, within their spread of -1.38 to 2.04: the journal's
-     * write costs less than this machine's noise between runs, so it is held at 0) */
-    .journal_ns_per_byte = 0.0,
+     * median of eight configurations, 0.09 to 0.97) */
+    .journal_ns_per_byte = 0.31,
     /* bench_codecs, one thread, 25M floats (2026-11-21): sgd_momentum 10-11.7 ms, adam 14.8-15.9 ms */
     .optimizer_ns = {0.0, 0.43, 0.61},
     /* netbench's TCP probe: 0.959 Gbit/s through a 1 Gbit/s tbf link */
     .link_efficiency = 0.96,
-    /* bench/costfit.py: the median over the calibration runs (0.56 to 0.92) */
-    .shared_busy = 0.71,
+    /* bench/costfit.py: the median over the calibration runs (0.61 to 0.92) */
+    .shared_busy = 0.75,
     /* bench/costfit.py over the same runs' peak RSS */
-    .base_mib = 23.9,
-    .held_factor = 1.48,
-    .rank_mib = 0.0,
+    .base_mib = 23.4,
+    .held_factor = 1.38,
+    .rank_mib = 0.000,
+    /* 12 bytes an element of fp32 state outgrow the 32 MiB L3 past 2M elements; W = 256, the most
+     * ranks the validation runs measured */
+    .cache_elements = 2 << 20,
+    .sublinear_ranks = 256,
+    /* bench/costfit.py: eight S = 2 and 4 runs, median 0.047, -0.038 to 0.131: not resolved from
+     * the noise between runs, so 0 */
+    .shard_contention = 0.0,
 };

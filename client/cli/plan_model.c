@@ -38,6 +38,18 @@ double plan_ps_bound_s(double bytes, uint32_t nodes, uint32_t shards, double wor
     return fmax(worker, server);
 }
 
+double plan_pushes(double ranks, double world_exp, double knee)
+{
+    if (ranks <= knee || knee <= 0) return pow(ranks, world_exp);
+    return pow(knee, world_exp) + world_exp * pow(knee, world_exp - 1.0) * (ranks - knee);
+}
+
+/* The elements a share of n costs as, its part past the caches at 1 + cache_factor. */
+static double cached_elements(const plan_costs *c, const plan_pair_costs *pc, double n)
+{
+    return n + pc->cache_factor * fmax(0.0, n - c->cache_elements);
+}
+
 static int by_size_desc(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -161,11 +173,12 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
      * as the pair's relay terms, or else costed as a shard's step close and a rank's uplink. */
     double relay_cpu = 0;
     if (s->relays) {
-        relay_cpu = lanes * G * pc->push_ms / 1e3 + (double)N * G * pc->push_ns / 1e9;
+        double node_pushes = plan_pushes(G, pc->world_exp, c->sublinear_ranks), mN = cached_elements(c, pc, (double)N);
+        relay_cpu = node_pushes * (lanes * pc->push_ms / 1e3 + mN * pc->push_ns / 1e9);
         if (isfinite(pc->relay_ms) && isfinite(pc->relay_ns))
             relay_cpu += lanes * pc->relay_ms / 1e3 + (double)N * pc->relay_ns / 1e9;
         else /* a shard's step close, and a rank of the upstream job */
-            relay_cpu += lanes * pc->step_ms / 1e3 + (double)N * pc->step_ns / 1e9 + placements * call_s + coding_s;
+            relay_cpu += lanes * pc->step_ms / 1e3 + mN * pc->step_ns / 1e9 + placements * call_s + coding_s;
         double inner_wire = over((double)G * N * bp, Li) + over((double)G * N * bl, Li);
         x.relay_s = fmax(inner_wire, relay_cpu / relay_cores);
         x.relay_cpu_s = relay_cpu;
@@ -189,16 +202,19 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
 
     /* The shard: receiving, journaling, decoding and adding U pushes; then once per step the
      * optimizer, the publication and the pull's encode; then U pulls out. Each of its L lanes is
-     * a job of its own: L pushes per rank and L step closes, each with its fixed cost. */
-    double push_cpu = (double)U * (lanes * pc->push_ms / 1e3 + (double)n * (pc->push_ns - unjournaled) / 1e9);
-    double step_cpu = lanes * pc->step_ms / 1e3 + (double)n * (pc->step_ns + opt) / 1e9;
+     * a job of its own: L pushes per rank and L step closes, each with its fixed cost. S shards on
+     * one machine's cores each cost more than one alone there (shard_contention). */
+    double pushes = plan_pushes(U, pc->world_exp, c->sublinear_ranks), m = cached_elements(c, pc, (double)n);
+    double contention = s->shared_cores ? 1.0 + c->shard_contention * (s->shards - 1.0) : 1.0;
+    double push_cpu = contention * pushes * (lanes * pc->push_ms / 1e3 + (m * pc->push_ns - (double)n * unjournaled) / 1e9);
+    double step_cpu = contention * (lanes * pc->step_ms / 1e3 + (m * pc->step_ns + (double)n * opt) / 1e9);
     double push_dev = 0, step_dev = 0;
     if (s->server_gpu) {
         /* the receive and the journal stay on the host: push_cpu as measured on the CPU backend,
          * whose decode and sum (under a quarter of push_ns) it keeps as a margin */
         push_dev = (double)U * n * pc->cuda_push_ns / 1e9;
         step_dev = (double)n * pc->cuda_step_ns / 1e9;
-        step_cpu = lanes * pc->step_ms / 1e3;
+        step_cpu = contention * lanes * pc->step_ms / 1e3;
     }
     x.shard_cpu_s = push_cpu + step_cpu;
     /* Every push is on the journal's disk before its ack; on one machine all shards share one. */

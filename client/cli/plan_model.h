@@ -15,10 +15,14 @@
  * by bench/costfit.py. NAN where never measured: the model refuses that pair on that side. */
 typedef struct plan_pair_costs {
     ga_codec_id push, pull;
-    /* A shard's CPU seconds per step = L * (step_ms + U * push_ms) + n * (step_ns + U * push_ns),
-     * n the elements of its share, U the ranks pushing to it, L its lanes (each a job of its
-     * own); every push journaled. */
-    double step_ms, push_ms, step_ns, push_ns;
+    /* A shard's CPU seconds per step = L * (step_ms + P * push_ms) + m * (step_ns + P * push_ns),
+     * with n the elements of its share, U the ranks pushing to it, L its lanes (each a job of its
+     * own), every push journaled, and
+     *   P = plan_pushes(U, world_exp, sublinear_ranks): U pushes cost as P lone ones (fitted over
+     *       W = 4 ... 64: more pushes a step cost each less),
+     *   m = n + cache_factor * max(0, n - cache_elements): the elements past what the caches hold
+     *       cost 1 + cache_factor times as much. */
+    double step_ms, push_ms, step_ns, push_ns, world_exp, cache_factor;
     /* A rank's CPU per step on one core: call_ms per placement (shard x lane) + N * worker_ns
      * (encode, the pull's decode, the SDK's copies), N the model's elements. */
     double call_ms, worker_ns;
@@ -30,7 +34,7 @@ typedef struct plan_pair_costs {
      * (the pull's encode and the publication's copy to the host). */
     double cuda_push_ns, cuda_step_ns;
     /* A relay's CPU per step beyond receiving its node's pushes (which costs what a shard's receive
-     * does: G * (push_ms + N * push_ns)): relay_ms per lane + N * relay_ns, its step close, the
+     * does: P(G) * (push_ms + m(N) * push_ns)): relay_ms per lane + N * relay_ns, its step close, the
      * encode of the node's sum, its pulls upstream and their passing on (bench/relaybench.py).
      * NAN: not measured; a shard's step close and a rank's calls and encode stand in. */
     double relay_ms, relay_ns;
@@ -47,6 +51,11 @@ typedef struct plan_costs {
     /* Resident memory per shard: base_mib + n * 4 * (copies) + n * state + U * (n * push bytes *
      * held_factor + rank_mib). */
     double base_mib, held_factor, rank_mib;
+    double cache_elements;       /* a share's elements past which each costs 1 + cache_factor times */
+    double sublinear_ranks;      /* the most ranks world_exp holds to (0: no limit); each push beyond costs the last's */
+    /* S shards on shared cores: each shard's CPU is (1 + shard_contention * (S - 1)) times what it
+     * would be alone on them. */
+    double shard_contention;
 } plan_costs;
 
 extern const plan_costs plan_costs_measured;
@@ -130,6 +139,10 @@ double plan_ring_allreduce_s(double bytes, uint32_t world, double link_bytes_s, 
  * max(bytes / worker rate, M * bytes / (S * server rate)). With S = M and equal links it is half
  * the ring's bandwidth term. */
 double plan_ps_bound_s(double bytes, uint32_t nodes, uint32_t shards, double worker_bytes_s, double server_bytes_s);
+
+/* What U pushes to one shard cost in lone pushes: U^a up to `knee` ranks, and beyond it each
+ * further push what the knee-th did (the tangent: knee^a + a knee^(a-1) (U - knee)). U if a is 1. */
+double plan_pushes(double ranks, double world_exp, double knee);
 
 /* The most elements one of S shards holds: a tensor of at least GA_PLAN_CUT_ELEMS elements is cut
  * into S ranges (the SDK's rule), a smaller one lands whole on the shard with the fewest so far. */

@@ -21,10 +21,10 @@ static void assert_close(double got, double want)
 
 /* A cost table where only the wire costs: every CPU and device cost zero, every link at its rate. */
 static plan_pair_costs free_pairs[] = {
-    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
 };
-static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0};
+static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
 
 static uint64_t one_tensor[1] = {64u << 20};
 
@@ -124,8 +124,8 @@ static void shares_cut_large_tensors_and_balance_small_ones(void **state)
 static void cpu_terms_follow_the_formula(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0; /* unlimited */
@@ -174,14 +174,61 @@ static void cpu_terms_follow_the_formula(void **state)
     assert_non_null(strstr(msg, "GPU"));
 }
 
+/* The terms past a linear shard: U pushes cost as U^a lone ones up to the knee and the knee-th's
+ * each beyond it; a share's elements past cache_elements cost 1 + cache_factor times; S shards
+ * on shared cores each cost 1 + shard_contention * (S - 1) times one alone there. */
+static void sublinear_pushes_caches_and_contention(void **state)
+{
+    (void)state;
+    assert_close(plan_pushes(64, 1.0, 256), 64);
+    assert_close(plan_pushes(64, 0.8, 256), pow(64, 0.8));
+    assert_close(plan_pushes(64, 0.8, 0), pow(64, 0.8));
+    assert_close(plan_pushes(1024, 0.8, 256), pow(256, 0.8) + 0.8 * pow(256, -0.2) * 768);
+    /* continuous at the knee, and each push past it costs what the knee-th did */
+    assert_close(plan_pushes(256, 0.8, 256), pow(256, 0.8));
+    assert_close(plan_pushes(1025, 0.8, 256) - plan_pushes(1024, 0.8, 256), 0.8 * pow(256, -0.2));
+
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.8, 0.5, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
+    c.cache_elements = 1u << 20, c.sublinear_ranks = 256;
+    plan_setup s = wire_only(8, 2);
+    s.push = s.pull = GA_CODEC_2BIT;
+    s.link_gbit = s.server_link_gbit = 0;
+    s.server_cores = 4;
+    s.optimizer = PLAN_OPT_SGD;
+    plan_estimate e;
+    char msg[128];
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    double n = (double)(one_tensor[0] / 2), m = n + 0.5 * (n - (1u << 20)), P = pow(8, 0.8);
+    double push = P * (0.5e-3 + m * 1.0e-9), step = 2.0e-3 + m * 3.0e-9 + n * 0.5e-9; /* the optimizer per element */
+    assert_close(e.shard_cpu_s, push + step);
+    /* a share within the caches: every element at the fitted cost */
+    c.cache_elements = 64u << 20;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.shard_cpu_s, P * (0.5e-3 + n * 1.0e-9) + 2.0e-3 + n * 3.5e-9);
+    /* relays of 4: the relay receives 4^a pushes of the whole model */
+    s.ranks_per_node = 4, s.relays = true;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    double N = (double)one_tensor[0];
+    assert_close(e.relay_cpu_s, pow(4, 0.8) * (0.5e-3 + N * 1.0e-9) + 2.0e-3 + N * 3.0e-9 + 2 * 0.25e-3 + N * 2.0e-9);
+    s.ranks_per_node = 1, s.relays = false;
+    /* contention counts only where the shards share the cores */
+    c.shard_contention = 0.25;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.shard_cpu_s, P * (0.5e-3 + n * 1.0e-9) + 2.0e-3 + n * 3.5e-9);
+    s.shared_cores = 8;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.shard_cpu_s, 1.25 * (P * (0.5e-3 + n * 1.0e-9) + 2.0e-3 + n * 3.5e-9));
+}
+
 /* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
  * step's own CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
  * each shard's serial task queue, and S shards run theirs side by side on up to K cores. */
 static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0};
     plan_setup s = wire_only(4, 1);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0;
@@ -254,7 +301,7 @@ static void memory_is_the_accounted_bytes(void **state)
     assert_close(e.shard_budget_mib, (n * (8 + 8) + 16 * n / 4) / MiB);
     assert_close(e.shard_rss_mib, 20 + (n * 16 + 1.5 * 16 * n / 4) / MiB);
     s.pull = GA_CODEC_NONE; /* fp32 pulls: one fp32 copy */
-    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
+    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}};
     c.npairs = 1;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
     assert_close(e.shard_budget_mib, (n * (4 + 8) + 16 * n / 4) / MiB);
@@ -335,6 +382,7 @@ int main(void)
         cmocka_unit_test(own_shards_are_twice_the_ps_bound),
         cmocka_unit_test(shares_cut_large_tensors_and_balance_small_ones),
         cmocka_unit_test(cpu_terms_follow_the_formula),
+        cmocka_unit_test(sublinear_pushes_caches_and_contention),
         cmocka_unit_test(shared_cores_floor_the_iteration),
         cmocka_unit_test(journal_disk_bounds_pushes),
         cmocka_unit_test(relays_cut_the_upstream_ranks),
