@@ -15,10 +15,10 @@
  * by bench/costfit.py. NAN where never measured: the model refuses that pair on that side. */
 typedef struct plan_pair_costs {
     ga_codec_id push, pull;
-    /* A shard's CPU seconds per step = L * (step_ms + P * push_ms) + m * (step_ns + P * push_ns),
+    /* A shard's CPU seconds per step = L * (step_ms + u * push_ms) + m * (step_ns + u * push_ns),
      * with n the elements of its share, U the ranks pushing to it, L its lanes (each a job of its
      * own), every push journaled, and
-     *   P = plan_pushes(U, world_exp, sublinear_ranks): U pushes cost as P lone ones (fitted over
+     *   u = plan_pushes(U, world_exp, sublinear_ranks): U pushes cost as u lone ones (fitted over
      *       W = 4 ... 64: more pushes a step cost each less),
      *   m = n + cache_factor * max(0, n - cache_elements): the elements past what the caches hold
      *       cost 1 + cache_factor times as much. */
@@ -34,7 +34,7 @@ typedef struct plan_pair_costs {
      * (the pull's encode and the publication's copy to the host). */
     double cuda_push_ns, cuda_step_ns;
     /* A relay's CPU per step beyond receiving its node's pushes (which costs what a shard's receive
-     * does: P(G) * (push_ms + m(N) * push_ns)): relay_ms per lane + N * relay_ns, its step close, the
+     * does: u(G) * (push_ms + m(N) * push_ns)): relay_ms per lane + N * relay_ns, its step close, the
      * encode of the node's sum, its pulls upstream and their passing on (bench/relaybench.py).
      * NAN: not measured; a shard's step close and a rank's calls and encode stand in. */
     double relay_ms, relay_ns;
