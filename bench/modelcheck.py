@@ -5,12 +5,12 @@ every choice pinned, and the model's figure printed beside the measured one. The
 costs were fitted on other runs (bench/costfit.py: one shard, W = 4 and 16, no optimizer, no
 link), so every row here is a prediction.
 
-  /usr/bin/python3 bench/modelcheck.py [--runs OUT [--record FILE --when TEXT]] [--gradagg BIN] [--json FILE]
+  /usr/bin/python3 bench/modelcheck.py [--runs OUT ... [--record FILE --when TEXT]] [--gradagg BIN] [--json FILE]
 
 Without --runs it predicts the figures recorded in bench/modelcheck_runs.json (the runs of
-docs/scaling.md, "Validation"); --runs takes them from a `bench/modelrun` OUT directory (each
-figure the median of its repeats, whose range the table shows) and --record FILE writes them
-to FILE.
+docs/scaling.md, "Validation"); --runs takes them from `bench/modelrun` OUT directories (each
+figure the median of its repeats in all of them, whose range the table shows) and --record FILE
+writes them to FILE.
 
 Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.65), or when fewer than
 --min-within (0.85) of the rows are within --limit (0.20): the model's state as docs/scaling.md
@@ -42,15 +42,15 @@ Picked = Optional[Tuple[List[float], List[str]]]
 
 
 class Runs:
-    """The result files of one `bench/modelrun validate` (its OUT directory): a benchmark's
-    repeated runs are STEM-1.json, STEM-2.json, ... (or one STEM.json)."""
+    """The result files of `bench/modelrun validate` runs (their OUT directories, pooled): a
+    benchmark's repeated runs are STEM-1.json, STEM-2.json, ... (or one STEM.json) in each."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, paths: List[str]) -> None:
+        self.paths = paths
 
     def files(self, stem: str) -> List[Any]:
-        paths = sorted(glob.glob(os.path.join(self.path, f"{stem}.json")) +
-                       glob.glob(os.path.join(self.path, f"{stem}-*.json")))
+        paths = [f for path in self.paths for f in sorted(glob.glob(os.path.join(path, f"{stem}.json")) +
+                                                          glob.glob(os.path.join(path, f"{stem}-*.json")))]
         return [json.load(open(f)) for f in paths]
 
     def rows(self, stem: str) -> List[Dict[str, Any]]:
@@ -191,7 +191,7 @@ def measured(a: argparse.Namespace) -> Tuple[Dict[str, Any], str, float]:
     runs = Runs(a.runs)
     disk = runs.disk_gbyte_s()
     if disk is None:
-        raise RuntimeError(f"{a.runs}: no netbench run with its disk probe")
+        raise RuntimeError(f"{' '.join(a.runs)}: no netbench run with its disk probe")
     got = {}
     for row in ROWS:
         m = row["pick"](runs)
@@ -209,7 +209,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     build = os.environ.get("GRADAGG_BUILD", os.path.join(REPO, "build", "unit"))
     ap.add_argument("--gradagg", default=os.path.join(build, "client", "gradagg"))
-    ap.add_argument("--runs", help="a `bench/modelrun validate` OUT directory (default: the recorded figures)")
+    ap.add_argument("--runs", nargs="+", help="`bench/modelrun validate` OUT directories, pooled "
+                    "(default: the recorded figures)")
     ap.add_argument("--record", help="with --runs: write the figures found there to this file")
     ap.add_argument("--when", help="with --record: when and where they were measured")
     ap.add_argument("--recorded", default=os.path.join(HERE, "modelcheck_runs.json"))
