@@ -144,11 +144,36 @@ def load_relays(paths: List[str]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, 
     return per_node, out
 
 
+def relay_busy(paths: List[str]) -> None:
+    """Prints how busy the shared cores stay under a relayed step: every relay row of the relaybench
+    runs whose bytes on the busiest link take under half its step (the CPU-bound ones: the
+    compressed codecs), (workers' + shard's + relays' CPU) / cores / step, the median."""
+    busy = []
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        if "rows" not in d:
+            continue
+        link = d["args"]["link"]  # "1gbit", "10gbit" or "lo"; TCP moves 0.96 of a shaped link's rate
+        link_bytes_s = float(link[:-4]) * 1e9 / 8 * 0.96 if link.endswith("gbit") else float("inf")
+        for r in d["rows"]:
+            if not r["system"].startswith("relay-") or r.get("status") != "ok":
+                continue
+            if max(r["node_link_bytes"], r["server_link_bytes"]) / link_bytes_s >= 0.5 * r["step_s"]:
+                continue
+            cpu = r["workers_cpu_s_per_step"] + r["server_cpu_s_per_step"] + d["nodes"] * r["relay_cpu_s_per_step"]
+            busy.append(cpu / d["machine"]["cpus"] / r["step_s"])
+    if busy:
+        print(f"/* relayed shared cores busy: median {float(np.median(busy)):.2f} of {len(busy)} runs "
+              f"({min(busy):.2f} to {max(busy):.2f}) */")
+
+
 def fit_relays(paths: List[str], fits: Dict[Tuple[str, str, bool], Tuple[np.ndarray, np.ndarray]]) -> None:
     """Prints each measured pair's relay_ms and relay_ns (the rest of plan_costs.c's pairs: NAN)."""
     g, relays = load_relays(paths)
     if not relays:
         return
+    relay_busy(paths)
     print("/* relays (bench/relaybench.py, G = %d): push, pull: relay_ms, relay_ns */" % g)
     for pair, sizes in sorted(relays.items()):
         server, a, kf = fits[(pair[0], pair[1], False)][0]

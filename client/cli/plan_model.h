@@ -56,6 +56,9 @@ typedef struct plan_costs {
     /* S shards on shared cores: each shard's CPU is (1 + shard_contention * (S - 1)) times what it
      * would be alone on them. */
     double shard_contention;
+    /* As shared_busy, for a relayed step (ranks, relays and one shard on the shared cores); 0: not
+     * measured, shared_busy stands in. */
+    double relay_busy;
 } plan_costs;
 
 extern const plan_costs plan_costs_measured;

@@ -24,7 +24,7 @@ static plan_pair_costs free_pairs[] = {
     {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
 };
-static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
+static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
 
 static uint64_t one_tensor[1] = {64u << 20};
 
@@ -125,7 +125,7 @@ static void cpu_terms_follow_the_formula(void **state)
 {
     (void)state;
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0; /* unlimited */
@@ -189,7 +189,7 @@ static void sublinear_pushes_caches_and_contention(void **state)
     assert_close(plan_pushes(1025, 0.8, 256) - plan_pushes(1024, 0.8, 256), 0.8 * pow(256, -0.2));
 
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.8, 0.5, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
     c.cache_elements = 1u << 20, c.sublinear_ranks = 256;
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -223,12 +223,13 @@ static void sublinear_pushes_caches_and_contention(void **state)
 
 /* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
  * step's own CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
- * each shard's serial task queue, and S shards run theirs side by side on up to K cores. */
+ * each shard's serial task queue, and S shards run theirs side by side on up to K cores; a relayed
+ * step keeps them relay_busy busy. */
 static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(4, 1);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0;
@@ -244,6 +245,16 @@ static void shared_cores_floor_the_iteration(void **state)
         assert_close(e.iteration_s, e.cpu_floor_s);
         assert_int_equal(e.bound, PLAN_BOUND_CORES);
     }
+    /* relayed: relay_busy in place of shared_busy (shared_busy while it is not measured), the
+     * relays' CPU counted with the rest */
+    s.shards = 1, s.ranks_per_node = 2, s.relays = true;
+    for (int measured = 0; measured <= 1; measured++) {
+        c.relay_busy = measured ? 0.5 : 0.0;
+        assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+        double X = 4 * e.rank_cpu_s + e.shard_cpu_s + 2 * e.relay_cpu_s;
+        assert_close(e.cpu_floor_s, X / (2 * (measured ? 0.5 : 0.6)));
+    }
+    s.ranks_per_node = 1, s.relays = false;
     /* compute that fills the idle share: the floor is then all the CPU over the cores */
     s.shards = 1, s.compute_ms = 1000;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
