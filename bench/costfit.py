@@ -21,6 +21,8 @@ a job of its own, with its own step close and pushes):
   worker CPU per step   = L * call_ms + N * worker_ns    (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
+  shard CPU through a link, beyond loopback's = link_ns * the bytes pushed to it (relaybench's
+                          flat rows over the fit at their W and size)
   relay CPU per step    = G * (push_ms + N * push_ns) + relay_ms + N * relay_ns
                           (bench/relaybench.py's relays, G = 4, with the workers pushing the job's
                           codec to them: relay_ms and relay_ns fitted to what the receive, costed
@@ -125,6 +127,8 @@ def shard_cpu(fit: Tuple[np.ndarray, float, float], share: float, world: float, 
 # or fp32 for codec none) and the codec pair each runs, its pulls as netbench's.
 RELAY_SYSTEMS = {"relay-none": ("none", "none"), "relay-fp16-inner": ("fp16", "none"),
                  "relay-2bit-inner": ("2bit", "2bit"), "relay-topk-inner": ("topk", "2bit")}
+FLAT_SYSTEMS = {"flat-none": ("none", "none"), "flat-fp16": ("fp16", "none"), "flat-2bit": ("2bit", "2bit"),
+                "flat-topk": ("topk", "2bit")}
 
 
 def load_relays(paths: List[str]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, List[float]]]]:
@@ -166,6 +170,31 @@ def relay_busy(paths: List[str]) -> None:
     if busy:
         print(f"/* relayed shared cores busy: median {float(np.median(busy)):.2f} of {len(busy)} runs "
               f"({min(busy):.2f} to {max(busy):.2f}) */")
+
+
+def fit_link(paths: List[str], fits: Dict[Tuple[str, str, bool], Any]) -> None:
+    """Prints a shard's CPU per byte pushed to it through a link rather than loopback: relaybench's
+    flat rows (W ranks through the shaped link), each shard's CPU over the pair's loopback fit
+    at its W and size, fitted as fit + k * W * n * push bytes (relative least squares)."""
+    got = []  # measured, the loopback fit, bytes pushed per step
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        if "rows" not in d or d["args"]["link"] == "lo":
+            continue
+        n, world = d["args"]["elements"], d["nodes"] * d["per_node"]
+        for r in d["rows"]:
+            pair = FLAT_SYSTEMS.get(r["system"])
+            if pair and r.get("status") == "ok" and (pair[0], pair[1], False) in fits:
+                got.append((r["server_cpu_s_per_step"], shard_cpu(fits[(pair[0], pair[1], False)][0], n, world),
+                            world * n * PUSH_BYTES[pair[0]]))
+    if not got:
+        return
+    y, m, b = (np.array(v) for v in zip(*got))
+    k = max(0.0, float(np.sum(b / y * (y - m) / y) / np.sum((b / y) ** 2)))
+    fit = (m + k * b) / y
+    print(f"/* link: {1e9 * k:.2f} ns per byte pushed through a link ({len(got)} runs, fit {fit.min():.2f} to "
+          f"{fit.max():.2f} of each, loopback's terms alone {(m / y).min():.2f} to {(m / y).max():.2f}) */")
 
 
 def fit_relays(paths: List[str], fits: Dict[Tuple[str, str, bool], Tuple[np.ndarray, np.ndarray]]) -> None:
@@ -246,6 +275,7 @@ def main() -> int:
     if per_byte:
         print(f"/* journal: {1e9 * float(np.median(per_byte)):.2f} ns per byte pushed (median of {len(per_byte)}: "
               f"{1e9 * min(per_byte):.2f} to {1e9 * max(per_byte):.2f}) */")
+    fit_link(paths, fits)
     fit_relays(paths, fits)
     return 0
 

@@ -61,4 +61,7 @@ const plan_costs plan_costs_measured = {
     /* bench/costfit.py: the median over the relaybench runs' relayed rows that the link does not
      * bound (24 runs, 0.60 to 0.78) */
     .relay_busy = 0.65,
+    /* bench/costfit.py: relaybench's flat rows (W = 8 through a 1 Gbit link, 1M and 4M elements,
+     * every codec, three rounds): their shards' CPU over the loopback-fitted terms, per byte pushed */
+    .link_ns_per_byte = 1.58,
 };

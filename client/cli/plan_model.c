@@ -206,7 +206,12 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
      * one machine's cores each cost more than one alone there (shard_contention). */
     double pushes = plan_pushes(U, pc->world_exp, c->sublinear_ranks), m = cached_elements(c, pc, (double)n);
     double contention = s->shared_cores ? 1.0 + c->shard_contention * (s->shards - 1.0) : 1.0;
-    double push_cpu = contention * pushes * (lanes * pc->push_ms / 1e3 + (m * pc->push_ns - (double)n * unjournaled) / 1e9);
+    /* the pushes that reach the shard through a link (a colocated shard's own node's through
+     * loopback) cost it link_ns_per_byte more per byte than the loopback of the calibration */
+    bool linked = s->colocate ? s->link_gbit > 0 : s->server_link_gbit > 0;
+    double link_in = !linked ? 0.0 : s->colocate ? (double)(U - per_node) * n * bp : (double)U * n * bp;
+    double push_cpu = contention * (pushes * (lanes * pc->push_ms / 1e3 + (m * pc->push_ns - (double)n * unjournaled) / 1e9) +
+                                    link_in * c->link_ns_per_byte / 1e9);
     double step_cpu = contention * (lanes * pc->step_ms / 1e3 + (m * pc->step_ns + (double)n * opt) / 1e9);
     double push_dev = 0, step_dev = 0;
     if (s->server_gpu) {

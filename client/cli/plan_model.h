@@ -59,6 +59,9 @@ typedef struct plan_costs {
     /* As shared_busy, for a relayed step (ranks, relays and one shard on the shared cores); 0: not
      * measured, shared_busy stands in. */
     double relay_busy;
+    /* A shard's CPU per byte pushed to it through a link rather than loopback (where the shard's
+     * terms were measured): the receive of many small segments. */
+    double link_ns_per_byte;
 } plan_costs;
 
 extern const plan_costs plan_costs_measured;

@@ -24,7 +24,7 @@ static plan_pair_costs free_pairs[] = {
     {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
 };
-static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
+static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
 
 static uint64_t one_tensor[1] = {64u << 20};
 
@@ -125,7 +125,7 @@ static void cpu_terms_follow_the_formula(void **state)
 {
     (void)state;
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0; /* unlimited */
@@ -176,7 +176,8 @@ static void cpu_terms_follow_the_formula(void **state)
 
 /* The terms past a linear shard: U pushes cost as U^a lone ones up to the knee and the knee-th's
  * each beyond it; a share's elements past cache_elements cost 1 + cache_factor times; S shards
- * on shared cores each cost 1 + shard_contention * (S - 1) times one alone there. */
+ * on shared cores each cost 1 + shard_contention * (S - 1) times one alone there; bytes pushed
+ * through a link cost link_ns_per_byte. */
 static void sublinear_pushes_caches_and_contention(void **state)
 {
     (void)state;
@@ -189,7 +190,7 @@ static void sublinear_pushes_caches_and_contention(void **state)
     assert_close(plan_pushes(1025, 0.8, 256) - plan_pushes(1024, 0.8, 256), 0.8 * pow(256, -0.2));
 
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.8, 0.5, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
     c.cache_elements = 1u << 20, c.sublinear_ranks = 256;
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -219,6 +220,22 @@ static void sublinear_pushes_caches_and_contention(void **state)
     s.shared_cores = 8;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
     assert_close(e.shard_cpu_s, 1.25 * (P * (0.5e-3 + n * 1.0e-9) + 2.0e-3 + n * 3.5e-9));
+    s.shared_cores = 0, c.shard_contention = 0;
+
+    /* the bytes pushed to a shard through a link cost it link_ns_per_byte each; none through
+     * loopback (no link rate), and a colocated shard's own node's push comes through loopback */
+    c.link_ns_per_byte = 2.0;
+    double alone = P * (0.5e-3 + n * 1.0e-9) + 2.0e-3 + n * 3.5e-9;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    assert_close(e.shard_cpu_s, alone);
+    s.link_gbit = s.server_link_gbit = 10;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    double pushed = e.shard_link_mb * 1e6; /* 8 pushes of the share, 2bit both ways */
+    assert_close(e.shard_cpu_s, alone + pushed * 2.0e-9);
+    s.shards = 8, s.colocate = true;
+    assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+    double n8 = (double)(one_tensor[0] / 8), P8 = pow(8, 0.8);
+    assert_close(e.shard_cpu_s, P8 * (0.5e-3 + n8 * 1.0e-9) + 2.0e-3 + n8 * 3.5e-9 + 7 * n8 * (pushed / 8 / n) * 2.0e-9);
 }
 
 /* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
@@ -229,7 +246,7 @@ static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
     plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
-    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0, 0};
+    plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(4, 1);
     s.push = s.pull = GA_CODEC_2BIT;
     s.link_gbit = s.server_link_gbit = 0;
