@@ -43,6 +43,8 @@ Row = Tuple[float, ...]  # elements, world, server CPU s/step, client CPU s/rank
 # 12 bytes an element, against the calibration machine's 32 MiB L3): client/cli/plan_costs.c's
 # cache_elements.
 CACHE_ELEMENTS = 2 << 20
+TCP_GOODPUT = 0.96  # of a shaped link's rate (netbench's probe; plan_costs.c's link_efficiency)
+
 WORLD_EXPS = np.round(np.arange(0.60, 1.0001, 0.02), 2)
 CACHE_FACTORS = np.round(np.arange(0.0, 3.0001, 0.05), 2)
 PUSH_BYTES = {"none": 4.0, "fp16": 2.0, "2bit": 0.25, "int8": 1 + 4 / 64, "topk": 0.001 * 8}  # per element
@@ -93,12 +95,17 @@ def load(paths: List[str], shards: int = 1) -> Dict[Tuple[str, str, bool], List[
     return pairs
 
 
+def costed_elements(n: np.ndarray, cache_factor: float) -> np.ndarray:
+    """The elements a share of n costs as: those past CACHE_ELEMENTS at 1 + cache_factor."""
+    return n + cache_factor * np.maximum(0.0, n - CACHE_ELEMENTS)
+
+
 def server_terms(rows: List[Row], world_exp: float, cache_factor: float) -> np.ndarray:
     """The shard model's four columns (step_ms, push_ms, step_ns, push_ns) for each run."""
     n = np.array([r[0] for r in rows], float)
     u = np.array([r[1] for r in rows], float) ** world_exp
     lanes = np.array([r[6] for r in rows], float)
-    m = n + cache_factor * np.maximum(0.0, n - CACHE_ELEMENTS)
+    m = costed_elements(n, cache_factor)
     return np.stack([lanes, lanes * u, m, u * m], 1)
 
 
@@ -131,15 +138,22 @@ FLAT_SYSTEMS = {"flat-none": ("none", "none"), "flat-fp16": ("fp16", "none"), "f
                 "flat-topk": ("topk", "2bit")}
 
 
-def load_relays(paths: List[str]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, List[float]]]]:
-    """Per codec pair and model size, a relay's CPU seconds per step in each relaybench run."""
-    out: Dict[Tuple[str, str], Dict[int, List[float]]] = {}
-    per_node = 0
+def relaybench_runs(paths: List[str]) -> List[Dict[str, Any]]:
+    """The relaybench runs among the files (the scalebench runs are load's)."""
+    runs = []
     for path in paths:
         with open(path) as f:
             d = json.load(f)
-        if "rows" not in d:
-            continue  # a scalebench run (load)
+        if "rows" in d:
+            runs.append(d)
+    return runs
+
+
+def load_relays(runs: List[Dict[str, Any]]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, List[float]]]]:
+    """Per codec pair and model size, a relay's CPU seconds per step in each relaybench run."""
+    out: Dict[Tuple[str, str], Dict[int, List[float]]] = {}
+    per_node = 0
+    for d in runs:
         per_node = d["per_node"]
         for r in d["rows"]:
             pair = RELAY_SYSTEMS.get(r["system"])
@@ -148,18 +162,14 @@ def load_relays(paths: List[str]) -> Tuple[int, Dict[Tuple[str, str], Dict[int, 
     return per_node, out
 
 
-def relay_busy(paths: List[str]) -> None:
+def relay_busy(runs: List[Dict[str, Any]]) -> None:
     """Prints how busy the shared cores stay under a relayed step: every relay row of the relaybench
     runs whose bytes on the busiest link take under half its step (the CPU-bound ones: the
     compressed codecs), (workers' + shard's + relays' CPU) / cores / step, the median."""
     busy = []
-    for path in paths:
-        with open(path) as f:
-            d = json.load(f)
-        if "rows" not in d:
-            continue
-        link = d["args"]["link"]  # "1gbit", "10gbit" or "lo"; TCP moves 0.96 of a shaped link's rate
-        link_bytes_s = float(link[:-4]) * 1e9 / 8 * 0.96 if link.endswith("gbit") else float("inf")
+    for d in runs:
+        link = d["args"]["link"]  # "1gbit", "10gbit" or "lo"
+        link_bytes_s = float(link[:-4]) * 1e9 / 8 * TCP_GOODPUT if link.endswith("gbit") else float("inf")
         for r in d["rows"]:
             if not r["system"].startswith("relay-") or r.get("status") != "ok":
                 continue
@@ -172,15 +182,13 @@ def relay_busy(paths: List[str]) -> None:
               f"({min(busy):.2f} to {max(busy):.2f}) */")
 
 
-def fit_link(paths: List[str], fits: Dict[Tuple[str, str, bool], Any]) -> None:
+def fit_link(runs: List[Dict[str, Any]], fits: Dict[Tuple[str, str, bool], Any]) -> None:
     """Prints a shard's CPU per byte pushed to it through a link rather than loopback: relaybench's
     flat rows (W ranks through the shaped link), each shard's CPU over the pair's loopback fit
     at its W and size, fitted as fit + k * W * n * push bytes (relative least squares)."""
     got = []  # measured, the loopback fit, bytes pushed per step
-    for path in paths:
-        with open(path) as f:
-            d = json.load(f)
-        if "rows" not in d or d["args"]["link"] == "lo":
+    for d in runs:
+        if d["args"]["link"] == "lo":
             continue
         n, world = d["args"]["elements"], d["nodes"] * d["per_node"]
         for r in d["rows"]:
@@ -197,18 +205,18 @@ def fit_link(paths: List[str], fits: Dict[Tuple[str, str, bool], Any]) -> None:
           f"{fit.max():.2f} of each, loopback's terms alone {(m / y).min():.2f} to {(m / y).max():.2f}) */")
 
 
-def fit_relays(paths: List[str], fits: Dict[Tuple[str, str, bool], Tuple[np.ndarray, np.ndarray]]) -> None:
+def fit_relays(runs: List[Dict[str, Any]], fits: Dict[Tuple[str, str, bool], Any]) -> None:
     """Prints each measured pair's relay_ms and relay_ns (the rest of plan_costs.c's pairs: NAN)."""
-    g, relays = load_relays(paths)
+    g, relays = load_relays(runs)
     if not relays:
         return
-    relay_busy(paths)
+    relay_busy(runs)
     print("/* relays (bench/relaybench.py, G = %d): push, pull: relay_ms, relay_ns */" % g)
     for pair, sizes in sorted(relays.items()):
         server, a, kf = fits[(pair[0], pair[1], False)][0]
         n = np.array(sorted(sizes), float)
         cpu = np.array([float(np.median(sizes[int(k)])) for k in n])
-        m = n + kf * np.maximum(0.0, n - CACHE_ELEMENTS)
+        m = costed_elements(n, kf)
         receive = g ** a * (server[1] + m * server[3])  # G pushes, received as a shard does
         rest = cpu - receive
         c = nonneg_relative_fit(np.stack([np.ones_like(n), n], 1), np.maximum(rest, 1e-6))
@@ -275,8 +283,9 @@ def main() -> int:
     if per_byte:
         print(f"/* journal: {1e9 * float(np.median(per_byte)):.2f} ns per byte pushed (median of {len(per_byte)}: "
               f"{1e9 * min(per_byte):.2f} to {1e9 * max(per_byte):.2f}) */")
-    fit_link(paths, fits)
-    fit_relays(paths, fits)
+    runs = relaybench_runs(paths)
+    fit_link(runs, fits)
+    fit_relays(runs, fits)
     return 0
 
 
