@@ -3,6 +3,7 @@
  *   budget.h  the memory budget (--max-memory-mb) that the core and the streams draw from
  *   blob.h    reference-counted byte blocks, immutable while shared (publications, pull deltas)
  *   host_set.h  client hosts by address or CIDR block (--trusted-client-hosts)
+ *   heap.h    the C library heap's policy: arenas, mappings, what a step's frees keep for the next
  * Outside base/, include this header, not its parts.
  * May use: kernels/ (the accounted allocator, statuses), proto/ (ga_tsan.h: sanitizer macros). */
 #ifndef GA_BASE_H
@@ -10,6 +11,7 @@
 
 #include "blob.h"
 #include "budget.h"
+#include "heap.h"
 #include "host_set.h"
 #include "log.h"
 

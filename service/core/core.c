@@ -143,6 +143,7 @@ void ga_core_adopt(ga_core *c, size_t taken)
 {
     ga_budget_set_core(&c->budget, ga_core_own_bytes(c) + taken);
     ga_budget_give(&c->budget, taken);
+    c->adopted++;
 }
 
 void ga_core_publish_bytes(ga_core *c)

@@ -110,10 +110,26 @@ static void elastic_lost(ga_job *job, uint32_t rank, const char *what)
 
 #define RESTORED_LEASE_MS 30000u
 
+/* A server that received no bundle over a whole sweep period and holds none gives the heap's
+ * free memory back, once until the next bundle (base/heap.h: while it works, the arenas keep what
+ * a step freed for the next). */
+static void heap_idle(ga_core *c)
+{
+    if (c->adopted != c->adopted_swept) {
+        c->adopted_swept = c->adopted;
+        c->heap_released = false;
+        return;
+    }
+    if (c->heap_released || c->held_bytes) return;
+    ga_heap_release();
+    c->heap_released = true;
+}
+
 static void sweep(uv_timer_t *timer)
 {
     ga_core *c = timer->data;
     if (c->draining) return;
+    heap_idle(c);
     ga_core_jobs_expire(c);
     uint64_t now = uv_now(c->loop), lease = c->opt.rank_lost_ms;
     /* A member restored at start-up keeps its rank until its worker reconnected: at least

@@ -1,6 +1,5 @@
 /* gradagg-server: resolve the config (exit 2 when it is invalid), start, serve until SIGTERM or
  * SIGINT has drained the server, exit 0. */
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +9,6 @@
 #include "server.h"
 
 extern char **environ;
-
-/* glibc's defaults let a shard's RSS run at twice what it holds (docs/benchmarks.md, "Shard
- * memory"): one arena per thread keeps what each gRPC and task thread freed, and the dynamic mmap
- * threshold climbs after the first large free, so later tensor-sized buffers come from an arena
- * and stay resident after their free. Two arenas and a fixed threshold (buffers of 1 MiB and more
- * are their own mappings, returned to the kernel when freed) keep RSS near the accounted bytes.
- * The environment's MALLOC_ARENA_MAX / MALLOC_MMAP_THRESHOLD_ still win when set. */
-static void malloc_tune(void)
-{
-#ifdef __GLIBC__
-    if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
-    if (!getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 1 << 20);
-#endif
-}
 
 /* The jobs' math tasks (service/core/task.h: one at a time per job) run on libuv's thread pool, whose
  * size libuv reads from the environment once, at the first task of the process; set here, before
@@ -39,7 +24,6 @@ static void math_tasks_set(uint32_t tasks)
 
 int main(int argc, char **argv)
 {
-    malloc_tune(); /* before any thread or allocation it should govern */
     ga_config cfg;
     ga_config_action action;
     char why[512];
@@ -60,6 +44,7 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    ga_heap_tune((uint64_t)cfg.max_memory_mb << 20); /* before any thread starts */
     math_tasks_set(cfg.math_tasks);
     ga_config_log(&cfg); /* always, whatever the level: the operator's record of this start */
     ga_log_set_level(cfg.log_level);

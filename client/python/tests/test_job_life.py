@@ -2,7 +2,7 @@
 fresh job unless it asks to resume; resuming with another config is refused with both values;
 a finished job is removed after --finished-job-retention-s (or kept aside); DeleteJob removes a
 job once no rank of it is live; hundreds of short jobs in a row leave the server's memory, disk
-and metric series flat."""
+and metric series flat; an idle server hands back the heap its last steps kept for the next."""
 from __future__ import annotations
 
 import socket
@@ -170,5 +170,38 @@ def test_many_short_jobs_leave_nothing_behind(tmp_path) -> None:
         assert memory1 <= memory0 + 16384, (memory0, memory1)
         assert rss1 < rss0 * 1.2 + 4096, (rss0, rss1)
         assert not job_dirs(s)
+    finally:
+        s.stop()
+
+
+def rss_mib(pid: int) -> float:
+    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("VmRSS:"))) / 1024
+
+
+def test_an_idle_server_hands_the_heap_back(tmp_path) -> None:
+    # While it works the server's arenas keep the chunk payloads a step freed for the next one
+    # (docs/operations.md, "Memory"): 2 ranks x 48 MiB of fp32 pushes a step, in 1 MiB chunks.
+    # Once no bundle has arrived for a whole sweep period (--rank-lost-ms / 4) it gives that
+    # memory back, and its RSS returns to what it was before the job.
+    s = Server(_lib.server_binary(), tmp_path, "--finished-job-retention-s", "0", "--rank-lost-ms", "400")
+    try:
+        train(s, "warm", 1, 2)  # gRPC's and the allocator's own pools
+        assert wait_for(lambda: not job_dirs(s), 20), job_dirs(s)
+        before = rss_mib(s.proc.pid)
+        n = 12 << 20
+
+        def worker(r: int) -> None:
+            p = np.zeros(n, np.float32)
+            with gradagg.Client(s.addr, "big", r, 2, optimizer=gradagg.SGD(lr=0.1), **FAST) as c:
+                c.add_tensor("p", p)
+                c.init()
+                for _ in range(3):
+                    c.step([np.full(n, 1e-3, np.float32)])
+        run_ranks(worker, 2, timeout=120)
+        assert wait_for(lambda: not job_dirs(s), 20), job_dirs(s)
+        settled = wait_for(lambda: rss_mib(s.proc.pid) < before + 24, 30)
+        print(f"RSS before the job {before:.0f} MiB, after it {rss_mib(s.proc.pid):.0f} MiB")
+        assert settled, (before, rss_mib(s.proc.pid))
     finally:
         s.stop()
