@@ -292,11 +292,12 @@ static uint32_t max_memory_mb(const plan_estimate *e)
     return (uint32_t)(ceil(mb / 256) * 256);
 }
 
-/* The container's memory limit, GiB: the budget, gRPC's quota twice (512 MiB each, deploy/base)
- * and 1 GiB for the process (docs/reliability.md, "The bound"). */
+/* The container's memory limit, GiB: the budget, what the heap's two arenas keep freed for the
+ * next step (a quarter of the budget each), gRPC's quota twice (512 MiB each, deploy/base) and 1 GiB
+ * for the process (docs/reliability.md, "The bound"). */
 static uint32_t memory_limit_gib(uint32_t max_mb)
 {
-    return (uint32_t)ceil((max_mb + 2 * 512 + 1024) / 1024.0);
+    return (uint32_t)ceil((max_mb + max_mb / 2 + 2 * 512 + 1024) / 1024.0);
 }
 
 /* --max-stream-mb: one stream holds at most a shard's share in fp32 (InitTensors; a push of it is

@@ -7,14 +7,15 @@
 #include <malloc.h>
 #endif
 
-void ga_heap_tune(uint64_t keep_bytes)
+void ga_heap_tune(uint64_t budget_bytes)
 {
 #ifdef __GLIBC__
+    uint64_t keep = budget_bytes / 4;
     if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
     if (!getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, (int)GA_HEAP_MMAP_THRESHOLD);
-    if (!getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, keep_bytes > INT_MAX ? INT_MAX : (int)keep_bytes);
+    if (!getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, keep > INT_MAX ? INT_MAX : (int)keep);
 #else
-    (void)keep_bytes;
+    (void)budget_bytes;
 #endif
 }
 

@@ -125,8 +125,12 @@ static void init_done(ga_task *t)
         else
             ga_core_job_fault(job, it->rc, "creating tensor '%.100s': %s", name, ga_strerror(it->rc));
     }
+    /* A model's values come once, in chunks the arenas would keep for pushes that reuse little
+     * of them (base/heap.h): give them back now. */
+    bool large = it->init->bytes.held_bytes >= GA_HEAP_MMAP_THRESHOLD;
     ga_init_free(it->init);
     ga_free(it->e), ga_free(it->nt), ga_free(it->pubs), ga_free(it);
+    if (large) ga_heap_release();
 }
 
 /* The values of one new tensor, chunks e[lo, hi) sorted by offset: those that carry values

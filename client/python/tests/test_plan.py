@@ -58,7 +58,7 @@ def test_phases_links_and_references_follow_the_model() -> None:
     budget = (n * (4 + 4) + 64 * n * 4) / 2**20
     assert r["shard_budget_mib"] == pytest.approx(budget)
     assert r["max_memory_mb"] == math.ceil((1.25 * budget + 64) / 256) * 256
-    assert r["memory_limit_gib"] == math.ceil((r["max_memory_mb"] + 2 * 512 + 1024) / 1024)
+    assert r["memory_limit_gib"] == math.ceil((r["max_memory_mb"] * 1.5 + 2 * 512 + 1024) / 1024)
     # 16 lanes: the largest phase plus a quarter of the others
     l16 = pinned("none", "none", 4, 16)
     others = sum(l16["phases_s"].values()) - max(l16["phases_s"].values())
