@@ -20,7 +20,7 @@ a job of its own, with its own step close and pushes):
                           the runs' range holds 0
   worker CPU per step   = L * call_ms + N * worker_ns    (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
-  shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median)
+  shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median; and each pair's)
   shard CPU through a link, beyond loopback's = link_ns * the bytes pushed to it (relaybench's
                           flat rows over the fit at their W and size)
   relay CPU per step    = G * (push_ms + N * push_ns) + relay_ms + N * relay_ns
@@ -274,6 +274,13 @@ def main() -> int:
     busy = [(srv + w * cl) / cores / step for rows in pairs.values() for _, w, srv, cl, _, step, _ in rows]
     print(f"/* shared cores busy: median {float(np.median(busy)):.2f} of {len(busy)} runs "
           f"({min(busy):.2f} to {max(busy):.2f}) */")
+    # The same per pair with every push journaled (plan_pair_costs.shared_busy, the rows' last
+    # column): the journal's writes and fp32 transfers leave the cores idler than compressed steps.
+    for (push, pull, ckpt), rows in sorted(pairs.items()):
+        if not ckpt:
+            b = [(srv + w * cl) / cores / step for _, w, srv, cl, _, step, _ in rows]
+            print(f"/* shared cores busy, {push}/{pull}: median {float(np.median(b)):.2f} of {len(b)} runs "
+                  f"({min(b):.2f} to {max(b):.2f}) */")
     # The journal: the server CPU of none:none with every push journaled over the same runs with
     # checkpoint durability, per byte pushed (W pushes of 4 n bytes a step); the median of the
     # configurations measured both ways.

@@ -12,8 +12,8 @@ docs/scaling.md, "Validation"); --runs takes them from `bench/modelrun` OUT dire
 figure the median of its repeats in all of them, whose range the table shows) and --record FILE
 writes them to FILE.
 
-Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.40), or when fewer than
---min-within (0.90) of the rows are within --limit (0.20): the model's state as docs/scaling.md
+Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.30), or when fewer than
+--min-within (0.95) of the rows are within --limit (0.20): the model's state as docs/scaling.md
 ("Validation") records it against the recorded runs, held so that a change to the model or its
 costs cannot make it worse unnoticed. (The target is every row within 0.20; the section says
 which rows miss it and why.)"""
@@ -215,8 +215,8 @@ def main() -> int:
     ap.add_argument("--when", help="with --record: when and where they were measured")
     ap.add_argument("--recorded", default=os.path.join(HERE, "modelcheck_runs.json"))
     ap.add_argument("--limit", type=float, default=0.20)
-    ap.add_argument("--ceiling", type=float, default=0.40)
-    ap.add_argument("--min-within", type=float, default=0.90)
+    ap.add_argument("--ceiling", type=float, default=0.30)
+    ap.add_argument("--min-within", type=float, default=0.95)
     ap.add_argument("--json")
     a = ap.parse_args()
     figures, when, disk = measured(a)

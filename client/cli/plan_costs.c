@@ -21,16 +21,18 @@
  * pull's 2bit encode (the store's step holds the optimizer and the publication).
  * Relay columns (NAN: not measured): bench/relaybench.py's relays, 2 nodes x 4 workers pushing the
  * job's codec to their relay, at 1M and 4M elements, in the same six rounds, fitted by
- * bench/costfit.py to what their CPU leaves after the receive costed as the shard's. */
+ * bench/costfit.py to what their CPU leaves after the receive costed as the shard's.
+ * shared_busy: bench/costfit.py, the median over the pair's calibration runs of their CPU (shard
+ * and ranks) over the two cores and the step. */
 static const plan_pair_costs pairs[] = {
     /* push, pull, step_ms, push_ms, step_ns, push_ns, world_exp, cache_factor, call_ms, worker_ns, worker_gpu_ns, cuda_push_ns, cuda_step_ns,
-     * relay_ms, relay_ns */
-    {GA_CODEC_NONE, GA_CODEC_NONE, 2.72, 0.516, 0.00, 5.56, 0.98, 0.00, 0.88, 5.75, 0.156, 0.161, 0.0, 4.32, 4.29},
-    {GA_CODEC_FP16, GA_CODEC_NONE, 0.42, 0.820, 0.00, 4.08, 0.92, 0.00, 0.86, 4.46, 0.118, 0.100, 0.0, 1.90, 6.05},
-    {GA_CODEC_2BIT, GA_CODEC_NONE, 0.36, 0.772, 0.00, 2.55, 0.90, 0.00, 0.63, 4.97, 0.101, 0.0525, 0.0, NAN, NAN},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.55, 0.550, 2.66, 0.87, 0.90, 0.00, 0.53, 2.12, 0.036, 0.0525, 0.025, 1.25, 3.95},
-    {GA_CODEC_TOPK, GA_CODEC_2BIT, 1.88, 0.322, 2.96, 0.26, 0.94, 0.15, 0.20, 2.24, 0.100, 0.0738, 0.025, 0.08, 4.99},
-    {GA_CODEC_INT8, GA_CODEC_INT8, 1.07, 0.527, 4.57, 2.12, 0.96, 0.00, 0.47, 3.87, NAN, NAN, NAN, NAN, NAN},
+     * relay_ms, relay_ns, shared_busy */
+    {GA_CODEC_NONE, GA_CODEC_NONE, 2.72, 0.516, 0.00, 5.56, 0.98, 0.00, 0.88, 5.75, 0.156, 0.161, 0.0, 4.32, 4.29, 0.53},
+    {GA_CODEC_FP16, GA_CODEC_NONE, 0.42, 0.820, 0.00, 4.08, 0.92, 0.00, 0.86, 4.46, 0.118, 0.100, 0.0, 1.90, 6.05, 0.61},
+    {GA_CODEC_2BIT, GA_CODEC_NONE, 0.36, 0.772, 0.00, 2.55, 0.90, 0.00, 0.63, 4.97, 0.101, 0.0525, 0.0, NAN, NAN, 0.78},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0.55, 0.550, 2.66, 0.87, 0.90, 0.00, 0.53, 2.12, 0.036, 0.0525, 0.025, 1.25, 3.95, 0.81},
+    {GA_CODEC_TOPK, GA_CODEC_2BIT, 1.88, 0.322, 2.96, 0.26, 0.94, 0.15, 0.20, 2.24, 0.100, 0.0738, 0.025, 0.08, 4.99, 0.81},
+    {GA_CODEC_INT8, GA_CODEC_INT8, 1.07, 0.527, 4.57, 2.12, 0.96, 0.00, 0.47, 3.87, NAN, NAN, NAN, NAN, NAN, 0.69},
 };
 
 const plan_costs plan_costs_measured = {

@@ -264,10 +264,13 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
         double compute_cpu = s->world * s->compute_ms / 1e3;
         double step_cpu_all = s->world * worker_cpu + s->shards * x.shard_cpu_s + (s->relays ? nodes * relay_cpu : 0);
         double K = s->shared_cores;
-        /* shared_busy is one shard's (relay_busy with relays: a step's work passes through one
-         * more process); the idle share comes from each shard's serial sections (a job's tasks
-         * run one at a time): S shards run theirs side by side on up to K cores */
-        double one_shard = s->relays && c->relay_busy > 0 ? c->relay_busy : c->shared_busy;
+        /* shared_busy is one shard's: its pair's with every push journaled (the journal's writes
+         * leave the cores idle), the machine's median without the journal or where the pair has
+         * none, relay_busy with relays (a step's work passes through one more process); the idle
+         * share comes from each shard's serial sections (a job's tasks run one at a time): S
+         * shards run theirs side by side on up to K cores */
+        double pair_busy = s->journal && pc->shared_busy > 0 ? pc->shared_busy : c->shared_busy;
+        double one_shard = s->relays && c->relay_busy > 0 ? c->relay_busy : pair_busy;
         double busy = 1.0 - (1.0 - one_shard) / fmin(s->shards, K);
         x.cpu_floor_s = fmax((compute_cpu + step_cpu_all) / K, step_cpu_all / (K * busy));
         double compute_wall = fmax(s->compute_ms / 1e3, compute_cpu / K);

@@ -38,6 +38,10 @@ typedef struct plan_pair_costs {
      * encode of the node's sum, its pulls upstream and their passing on (bench/relaybench.py).
      * NAN: not measured; a shard's step close and a rank's calls and encode stand in. */
     double relay_ms, relay_ns;
+    /* How busy the shared cores stay under this pair's step with one shard, (0, 1] (its journal
+     * writes and transfers leave them idle: fp32 pushes more than compressed ones); 0: not
+     * measured, plan_costs.shared_busy stands in. */
+    double shared_busy;
 } plan_pair_costs;
 
 typedef struct plan_costs {
@@ -47,7 +51,8 @@ typedef struct plan_costs {
     double journal_ns_per_byte;  /* the part of push_ns that --durability checkpoint removes */
     double optimizer_ns[3];      /* per element per step, CPU, one core: none, sgd (momentum), adam */
     double link_efficiency;      /* TCP goodput ÷ link rate */
-    double shared_busy;          /* how busy shared cores stay under a step's work with one shard (0, 1] */
+    double shared_busy;          /* how busy shared cores stay under a step's work with one shard (0, 1],
+                                    where its pair has no figure of its own */
     /* Resident memory per shard: base_mib + n * 4 * (copies) + n * state + U * (n * push bytes *
      * held_factor + rank_mib). */
     double base_mib, held_factor, rank_mib;

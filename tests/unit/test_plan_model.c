@@ -241,7 +241,7 @@ static void sublinear_pushes_caches_and_contention(void **state)
 /* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
  * step's own CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
  * each shard's serial task queue, and S shards run theirs side by side on up to K cores; a relayed
- * step keeps them relay_busy busy. */
+ * step keeps them relay_busy busy, a journaled one its pair's shared_busy where measured. */
 static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
@@ -272,6 +272,14 @@ static void shared_cores_floor_the_iteration(void **state)
         assert_close(e.cpu_floor_s, X / (2 * (measured ? 0.5 : 0.6)));
     }
     s.ranks_per_node = 1, s.relays = false;
+    /* the pair's own busy where it has one, with every push journaled; the machine's without */
+    pair.shared_busy = 0.5;
+    for (int journal = 0; journal <= 1; journal++) {
+        s.journal = journal;
+        assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
+        assert_close(e.cpu_floor_s, (4 * e.rank_cpu_s + e.shard_cpu_s) / (2 * (journal ? 0.5 : 0.6)));
+    }
+    s.journal = false, pair.shared_busy = 0;
     /* compute that fills the idle share: the floor is then all the CPU over the cores */
     s.shards = 1, s.compute_ms = 1000;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
@@ -396,6 +404,7 @@ static void measured_costs_are_whole(void **state)
         double cpu[] = {p->step_ms, p->push_ms, p->step_ns, p->push_ns, p->call_ms, p->worker_ns};
         for (size_t k = 0; k < sizeof cpu / sizeof cpu[0]; k++) assert_true(isfinite(cpu[k]) && cpu[k] >= 0);
         assert_ptr_equal(plan_costs_pair(c, p->push, p->pull), p);
+        assert_true(p->shared_busy >= 0 && p->shared_busy <= 1); /* 0: not measured */
     }
     assert_true(c->link_efficiency > 0 && c->link_efficiency <= 1);
     assert_true(c->shared_busy > 0 && c->shared_busy <= 1);
