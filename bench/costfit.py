@@ -271,16 +271,18 @@ def main() -> int:
     print(f"/* memory: base {mem[0]:.1f} MiB, held factor {mem[1]:.2f}, {mem[2]:.3f} MiB per rank */")
     # How busy the shared cores keep while everything runs on them: the step's CPU (server and
     # clients) over the cores, against the step's wall time.
-    busy = [(srv + w * cl) / cores / step for rows in pairs.values() for _, w, srv, cl, _, step, _ in rows]
-    print(f"/* shared cores busy: median {float(np.median(busy)):.2f} of {len(busy)} runs "
-          f"({min(busy):.2f} to {max(busy):.2f}) */")
+    def busy(rows: List[Row]) -> List[float]:
+        return [(srv + w * cl) / cores / step for _, w, srv, cl, _, step, _ in rows]
+
+    def print_busy(what: str, b: List[float]) -> None:
+        print(f"/* shared cores busy{what}: median {float(np.median(b)):.2f} of {len(b)} runs "
+              f"({min(b):.2f} to {max(b):.2f}) */")
+    print_busy("", [x for rows in pairs.values() for x in busy(rows)])
     # The same per pair with every push journaled (plan_pair_costs.shared_busy, the rows' last
     # column): the journal's writes and fp32 transfers leave the cores idler than compressed steps.
     for (push, pull, ckpt), rows in sorted(pairs.items()):
         if not ckpt:
-            b = [(srv + w * cl) / cores / step for _, w, srv, cl, _, step, _ in rows]
-            print(f"/* shared cores busy, {push}/{pull}: median {float(np.median(b)):.2f} of {len(b)} runs "
-                  f"({min(b):.2f} to {max(b):.2f}) */")
+            print_busy(f", {push}/{pull}", busy(rows))
     # The journal: the server CPU of none:none with every push journaled over the same runs with
     # checkpoint durability, per byte pushed (W pushes of 4 n bytes a step); the median of the
     # configurations measured both ways.

@@ -17,6 +17,7 @@ import pytest
 import gradagg
 from gradagg import _lib, errors
 from _util import run_ranks
+from _wire import rss_mib
 from conftest import Server
 
 FAST = dict(call_timeout_ms=10000, step_timeout_ms=30000, retry_budget_ms=30000)
@@ -174,14 +175,9 @@ def test_many_short_jobs_leave_nothing_behind(tmp_path) -> None:
         s.stop()
 
 
-def rss_mib(pid: int) -> float:
-    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                    if line.startswith("VmRSS:"))) / 1024
-
-
 def test_an_idle_server_hands_the_heap_back(tmp_path) -> None:
     # While it works the server's arenas keep the chunk payloads a step freed for the next one
-    # (docs/operations.md, "Memory"): 2 ranks x 48 MiB of fp32 pushes a step, in 1 MiB chunks.
+    # (docs/reliability.md, "Memory"): 2 ranks x 48 MiB of fp32 pushes a step, in 1 MiB chunks.
     # Once no bundle has arrived for a whole sweep period (--rank-lost-ms / 4) it gives that
     # memory back, and its RSS returns to what it was before the job.
     s = Server(_lib.server_binary(), tmp_path, "--finished-job-retention-s", "0", "--rank-lost-ms", "400")
