@@ -16,8 +16,7 @@ a job of its own, with its own step close and pushes):
                           holds cost 1 + k times as much; a (world_exp) and k (cache_factor) are
                           chosen on a grid, the four coefficients fitted at each point
   S shards on the same cores: each shard's CPU * (1 + contention * (S - 1)), the median over the
-                          S = 2 and 4 runs (the pair's S = 1 fit at the shard's share); 0 where
-                          the runs' range holds 0
+                          S = 2 and 4 runs (the pair's S = 1 fit at the shard's share)
   worker CPU per step   = L * call_ms + N * worker_ns    (one core, the SDK's encode, decode, copies)
   shard RSS             = base + n * 4 * copies + W * (n * push bytes * held + rank)
   shared cores busy     = (shard CPU + W * worker CPU) / cores / step time    (the median; and each pair's)
@@ -227,17 +226,15 @@ def fit_relays(runs: List[Dict[str, Any]], fits: Dict[Tuple[str, str, bool], Any
 
 def fit_contention(paths: List[str], fits: Dict[Tuple[str, str, bool], Any]) -> None:
     """Prints the shards' contention: S shard processes on the same cores, each one's CPU over what
-    the pair's S = 1 fit gives its share, as 1 + contention * (S - 1): the median over the runs,
-    or 0 where their range holds 0 (not resolved from the noise between runs)."""
+    the pair's S = 1 fit gives its share, as 1 + contention * (S - 1): the median over the runs."""
     per_run = []
     for shards in (2, 4):
         for key, rows in load(paths, shards).items():
             if key in fits:
                 per_run += [(r[2] / shard_cpu(fits[key][0], r[0], r[1], r[6]) - 1) / (shards - 1) for r in rows]
     if per_run:
-        median = float(np.median(per_run)) if min(per_run) > 0 or max(per_run) < 0 else 0.0
-        print(f"/* shard contention: {median:.3f} per further shard ({len(per_run)} runs: median "
-              f"{float(np.median(per_run)):.3f}, {min(per_run):.3f} to {max(per_run):.3f}) */")
+        print(f"/* shard contention: {float(np.median(per_run)):.3f} per further shard ({len(per_run)} runs: "
+              f"{min(per_run):.3f} to {max(per_run):.3f}) */")
 
 
 def main() -> int:

@@ -256,9 +256,10 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
     }
     }
 
-    /* One machine for everything: the step cannot beat all its CPU over the cores. The step's own
-     * work keeps them only busy_S busy (its phases wait on each other, the disk, the loopback);
-     * the ranks' compute fills those gaps when it has the CPU to. */
+    /* One machine for everything: the step cannot beat all its CPU over the cores, which its own
+     * work keeps only busy_S busy (its phases wait on each other, the disk, the loopback). The
+     * step is synchronous and follows the compute (every rank waits for it), so the ranks'
+     * compute does not fill its gaps: the iteration is the compute on the cores, then the step. */
     x.iteration_s = s->compute_ms / 1e3 + x.step_s;
     if (s->shared_cores) {
         double compute_cpu = s->world * s->compute_ms / 1e3;
@@ -272,8 +273,8 @@ int plan_estimate_step(const plan_setup *s, const plan_costs *c, plan_estimate *
         double pair_busy = s->journal && pc->shared_busy > 0 ? pc->shared_busy : c->shared_busy;
         double one_shard = s->relays && c->relay_busy > 0 ? c->relay_busy : pair_busy;
         double busy = 1.0 - (1.0 - one_shard) / fmin(s->shards, K);
-        x.cpu_floor_s = fmax((compute_cpu + step_cpu_all) / K, step_cpu_all / (K * busy));
         double compute_wall = fmax(s->compute_ms / 1e3, compute_cpu / K);
+        x.cpu_floor_s = compute_wall + step_cpu_all / (K * busy);
         x.iteration_s = compute_wall + x.step_s;
         if (x.cpu_floor_s > x.iteration_s) {
             x.iteration_s = x.cpu_floor_s;

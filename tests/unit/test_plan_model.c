@@ -280,10 +280,12 @@ static void shared_cores_floor_the_iteration(void **state)
         assert_close(e.cpu_floor_s, (4 * e.rank_cpu_s + e.shard_cpu_s) / (2 * (journal ? 0.5 : 0.6)));
     }
     s.journal = false, pair.shared_busy = 0;
-    /* compute that fills the idle share: the floor is then all the CPU over the cores */
+    /* compute: every rank waits for the synchronous step, so the compute does not fill the step's
+     * idle share; the floor is the compute on the cores, then the step at busy_S */
     s.shards = 1, s.compute_ms = 1000;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
-    assert_close(e.cpu_floor_s, (4 * 1.0 + 4 * e.rank_cpu_s + e.shard_cpu_s) / 2);
+    assert_close(e.cpu_floor_s, 4 * 1.0 / 2 + (4 * e.rank_cpu_s + e.shard_cpu_s) / (2 * 0.6));
+    assert_close(e.iteration_s, e.cpu_floor_s);
 }
 
 /* The journal's disk bounds the push phase when it is the slowest part of it. */
