@@ -12,11 +12,9 @@ docs/scaling.md, "Validation"); --runs takes them from `bench/modelrun` OUT dire
 figure the median of its repeats in all of them, whose range the table shows) and --record FILE
 writes them to FILE.
 
-Exits 1 when a row's |predicted / measured - 1| exceeds --ceiling (0.30), or when fewer than
---min-within (0.95) of the rows are within --limit (0.20): the model's state as docs/scaling.md
-("Validation") records it against the recorded runs, held so that a change to the model or its
-costs cannot make it worse unnoticed. (The target is every row within 0.20; the section says
-which rows miss it and why.)"""
+Exits 1 when a row was not measured or its |predicted / measured - 1| exceeds --limit (0.20):
+issue 44's target, which the model meets on the recorded runs (docs/scaling.md, "Validation"), so
+that a change to the model or its costs cannot make it worse unnoticed."""
 import argparse
 import glob
 import json
@@ -215,19 +213,18 @@ def main() -> int:
     ap.add_argument("--when", help="with --record: when and where they were measured")
     ap.add_argument("--recorded", default=os.path.join(HERE, "modelcheck_runs.json"))
     ap.add_argument("--limit", type=float, default=0.20)
-    ap.add_argument("--ceiling", type=float, default=0.30)
-    ap.add_argument("--min-within", type=float, default=0.95)
     ap.add_argument("--json")
     a = ap.parse_args()
     figures, when, disk = measured(a)
     print(f"measured: {when}; the journal's disk {disk:.2f} GB/s\n")
-    results, worst = [], 0.0
+    results, worst, missing = [], 0.0, 0
     print("| benchmark | run | figure | measured | repeats | predicted | predicted / measured | bound (model) |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     for row in ROWS:
         got = figures.get(key(row))
         if got is None:
             print(f"| {row['bench']} | {row['what']} | {row['field']} | not measured | | | | |")
+            missing += 1
             continue
         rec = predict(a.gradagg, row["args"] + got["args"] + ["--disk-gbyte-s", f"{disk:.3f}"])
         p, m = rec[row["field"]], got["measured"]
@@ -250,10 +247,8 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    within = 1 - len(over) / len(results)
-    if worst > a.ceiling or within < a.min_within:
-        print(f"modelcheck: FAIL: worst {100 * worst:.0f} % (ceiling {100 * a.ceiling:.0f} %), "
-              f"{100 * within:.0f} % of the runs within {100 * a.limit:.0f} % (at least {100 * a.min_within:.0f} %)")
+    if over or missing:
+        print(f"modelcheck: FAIL: {len(over)} rows beyond {100 * a.limit:.0f} %, {missing} not measured")
         return 1
     return 0
 
