@@ -117,7 +117,7 @@ typedef struct plan_estimate {
      * step's close on the shard, the pull phase. */
     double worker_s, relay_s, push_s, close_s, pull_s;
     double step_s;             /* the step, compute excluded (lanes overlap its phases) */
-    double cpu_floor_s;        /* shared_cores: all CPU of the step and the compute ÷ (the cores x busy) */
+    double cpu_floor_s;        /* shared_cores: the compute on the cores, then all CPU of the step ÷ (the cores x busy) */
     double iteration_s;        /* max(compute + step, cpu_floor) */
     plan_bound bound;          /* the largest phase, or PLAN_BOUND_CORES */
     uint32_t upstream_ranks;   /* U: ranks the shards see (nodes with relays) */
