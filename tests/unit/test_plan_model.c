@@ -238,8 +238,8 @@ static void sublinear_pushes_caches_and_contention(void **state)
     assert_close(e.shard_cpu_s, P8 * (0.5e-3 + n8 * 1.0e-9) + 2.0e-3 + n8 * 3.5e-9 + 7 * n8 * (pushed / 8 / n) * 2.0e-9);
 }
 
-/* One machine of K cores for everything: the iteration is at least all its CPU over the cores, the
- * step's own CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
+/* One machine of K cores for everything: the iteration is at least the compute over the cores,
+ * then the step's CPU over the cores kept busy; the idle share (1 - busy with one shard) comes from
  * each shard's serial task queue, and S shards run theirs side by side on up to K cores; a relayed
  * step keeps them relay_busy busy, a journaled one its pair's shared_busy where measured. */
 static void shared_cores_floor_the_iteration(void **state)
