@@ -1,5 +1,6 @@
-/* 1bit (MXNet master) and 1bit_scaled on CUDA: mirrors codec_1bit.c. Packing is one thread per
- * output word (no atomics, the CPU's bytes); 1bit_scaled gives each 1024-element block to one
+/* 1bit (MXNet master) and 1bit_scaled on CUDA: mirrors codec_1bit.c. 1bit packs a warp's 32
+ * elements, one a lane, into one word (ga_cuda_group_or: no atomics, the CPU's bytes);
+ * 1bit_scaled packs one thread per output word, and gives each 1024-element block to one
  * warp, whose shuffle reduction is exactly the lane order of ga_1bit_scaled_fold. */
 #include "codec_internal.h"
 #include "codec_math.h"
@@ -11,13 +12,12 @@
 
 static __global__ void encode_kernel(const float *grad, float *residual, uint32_t *words, size_t n, float t)
 {
-    size_t nwords = (n + 31) / 32;
-    for (size_t w = ga_cuda_tid(); w < nwords; w += ga_cuda_nthreads()) {
-        size_t base = w * 32, end = base + 32 < n ? base + 32 : n;
-        uint32_t word = 0;
-        for (size_t i = base; i < end; i++)
-            word |= ga_1bit_quantize(&residual[i], grad[i], t) << ga_1bit_shift((uint32_t)(i - base));
-        words[w] = word;
+    const uint32_t lane = threadIdx.x & 31u;
+    for (size_t base = ga_cuda_warp_first(); base < n; base += ga_cuda_warp_stride()) {
+        size_t i = base + lane;
+        uint32_t bits = i < n ? ga_1bit_quantize(&residual[i], grad[i], t) << ga_1bit_shift(lane) : 0u;
+        bits = ga_cuda_group_or(bits, 32);
+        if (lane == 0) words[base / 32] = bits;
     }
 }
 
@@ -35,7 +35,7 @@ ga_status ga_q1bit_encode_cuda(const ga_exec *ex, const ga_codec_params *p, cons
     (void)cap;
     size_t nwords = (n + 31) / 32;
     if (n > 0) {
-        GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), nwords, encode_kernel, grad, residual, (uint32_t *)out, n,
+        GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), n, encode_kernel, grad, residual, (uint32_t *)out, n,
                                 p->threshold));
     }
     *out_len = 4 * nwords;

@@ -1,6 +1,7 @@
-/* 2bit (MXNet) on CUDA: mirrors codec_2bit.c. Encode checks grad on the device first, then one
- * thread per output word quantises its 16 elements with ga_2bit_quantize (no atomics, the same
- * bytes as the CPU); decode_add is one thread per element. */
+/* 2bit (MXNet) on CUDA: mirrors codec_2bit.c. Encode checks grad on the device first; then each
+ * lane of a warp quantises one element with ga_2bit_quantize (coalesced), and each half-warp
+ * ORs its 16 codes into the output word, which its first lane stores (no atomics, the same bytes
+ * as the CPU); decode_add is one thread per element. */
 #include "codec_internal.h"
 #include "codec_math.h"
 #include "cuda_check.h"
@@ -8,13 +9,13 @@
 static __global__ void encode_kernel(const float *grad, float *residual, uint32_t *words, size_t n, float select,
                                      float t)
 {
-    size_t nwords = (n + 15) / 16;
-    for (size_t w = ga_cuda_tid(); w < nwords; w += ga_cuda_nthreads()) {
-        size_t base = w * 16, end = base + 16 < n ? base + 16 : n;
-        uint32_t word = 0;
-        for (size_t i = base; i < end; i++)
-            word |= ga_2bit_quantize(&residual[i], grad[i], select, t) << ga_2bit_shift((uint32_t)(i - base));
-        words[w] = word;
+    const uint32_t lane = threadIdx.x & 31u;
+    for (size_t base = ga_cuda_warp_first(); base < n; base += ga_cuda_warp_stride()) {
+        size_t i = base + lane;
+        uint32_t bits = 0;
+        if (i < n) bits = ga_2bit_quantize(&residual[i], grad[i], select, t) << ga_2bit_shift(lane & 15u);
+        bits = ga_cuda_group_or(bits, 16);
+        if ((lane & 15u) == 0 && i < n) words[i / 16] = bits;
     }
 }
 
@@ -32,7 +33,7 @@ ga_status ga_q2bit_encode_cuda(const ga_exec *ex, const ga_codec_params *p, cons
     (void)cap;
     size_t nwords = (n + 15) / 16;
     if (n > 0) {
-        GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), nwords, encode_kernel, grad, residual, (uint32_t *)out, n,
+        GA_CHECK(ga_cuda_launch(ga_cuda_stream(ex), n, encode_kernel, grad, residual, (uint32_t *)out, n,
                                 ga_2bit_select(p), p->threshold));
     }
     *out_len = 4 * nwords;

@@ -53,6 +53,21 @@ static inline unsigned ga_cuda_blocks(size_t items)
 static __device__ __forceinline__ size_t ga_cuda_tid(void) { return (size_t)blockIdx.x * blockDim.x + threadIdx.x; }
 static __device__ __forceinline__ size_t ga_cuda_nthreads(void) { return (size_t)gridDim.x * blockDim.x; }
 
+/* Packing bit fields of consecutive elements into 32-bit words, one element per lane: a warp
+ * takes 32 consecutive elements a pass (coalesced reads and writes), starting at a multiple of 32
+ * (the loop is the same for every lane, so every lane reaches the shuffles). GA_CUDA_THREADS is a
+ * multiple of 32. */
+static __device__ __forceinline__ size_t ga_cuda_warp_first(void) { return ga_cuda_tid() & ~(size_t)31; }
+static __device__ __forceinline__ size_t ga_cuda_warp_stride(void) { return ga_cuda_nthreads(); }
+
+/* The OR of `bits` over each group of `lanes` lanes (2..32, a power of two) of the warp, in every
+ * lane of the group: the word the group packs. */
+static __device__ __forceinline__ uint32_t ga_cuda_group_or(uint32_t bits, unsigned lanes)
+{
+    for (unsigned off = lanes / 2; off > 0; off >>= 1) bits |= __shfl_xor_sync(0xFFFFFFFFu, bits, off);
+    return bits;
+}
+
 /* Launches kernel<<<ga_cuda_blocks(items), GA_CUDA_THREADS, 0, s>>>(args...) and returns the
  * launch status itself (cudaLaunchKernelEx), not a "last error" another call may have left. */
 template <typename... KArgs, typename... Args>

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import multiprocessing
+import multiprocessing.process
 import multiprocessing.util
 import os
 import signal
@@ -173,13 +174,49 @@ def _install_excepthook() -> None:
 
 #: The process whose exit finalizer is installed (a forked child inherits the parent's globals).
 _exit_finalizer_pid = 0
+#: The exception that ended this process's multiprocessing target, if one did (_record_child_exits).
+_child_exit: List[BaseException] = []
+
+
+def _record_child_exits() -> None:
+    """Once, at import: multiprocessing's child entry (BaseProcess._bootstrap, the same from
+    Python 3.8 on) runs the process's run() through a wrapper that records the exception ending
+    it. From Python 3.12 multiprocessing runs its finalizers at exit, after it has handled that
+    exception, so the exit finalizer can no longer see it as it propagates. A child imports
+    gradagg before it starts (spawn unpickles the target, which imports it; fork copies the
+    parent, which imported it), so its entry is the wrapped one; a child that imports gradagg only
+    inside its target is not watched (its rank is then lost when its lease ends)."""
+    process_class = multiprocessing.process.BaseProcess
+    bootstrap = getattr(process_class, "_bootstrap", None)
+    if bootstrap is None or getattr(bootstrap, "_gradagg_records_exit", False):
+        return
+
+    def recording_bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = self.run
+
+        def recorded_run() -> Any:
+            try:
+                return run()
+            except BaseException as e:
+                _child_exit.append(e)
+                raise
+
+        self.run = recorded_run
+        return bootstrap(self, *args, **kwargs)
+
+    recording_bootstrap._gradagg_records_exit = True  # type: ignore[attr-defined]
+    process_class._bootstrap = recording_bootstrap  # type: ignore[method-assign]
+
+
+_record_child_exits()
 
 
 def _install_exit_finalizer() -> None:
     """Once per process that multiprocessing started (torch.multiprocessing.spawn included): an
     exception that ends such a child never reaches sys.excepthook (multiprocessing catches it, or
-    torch's spawn turns it into sys.exit(1)), but multiprocessing runs its finalizers while it
-    propagates. This one closes the clients this process opened as failed — naming the exception,
+    torch's spawn turns it into sys.exit(1)), but multiprocessing runs its finalizers as the child
+    ends (while it propagates up to Python 3.11, at exit from 3.12: _record_child_exits keeps it).
+    This one closes the clients this process opened as failed — naming the exception,
     or the exit status of a SystemExit that is not 0 — so the other ranks learn of it at once,
     not a lease later. A child that returns normally closes nothing here."""
     global _exit_finalizer_pid
@@ -188,7 +225,7 @@ def _install_exit_finalizer() -> None:
     _exit_finalizer_pid = os.getpid()
 
     def finalize() -> None:
-        exc = sys.exc_info()[1]
+        exc = _child_exit[-1] if _child_exit else sys.exc_info()[1]
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             return
         why = (f"the process exited with status {exc.code} (a multiprocessing child ended by an exception)"

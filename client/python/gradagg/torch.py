@@ -342,6 +342,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._momentum_step = False  # the last exchange was of the momentum: step() runs frozen_step
         self._bucket_of = {i: k for k, bucket in enumerate(self.buckets) for i in bucket}
         self._overlap = overlap
+        #: Server-side, torch's GradScaler hands this optimizer the scaling instead of unscaling
+        #: .grad in place (its unscale bumps no version counter, so _Taken would miss it); step()
+        #: then refuses it (_scaler_message).
+        self._step_supports_amp_scaling = self.inner is None
         self._ready: List[Set[int]] = [set() for _ in self.buckets]
         self._started = [False] * len(self.buckets)
         self._step_lr: Dict[int, float] = {}  # per group: the lr the current step's buckets carry
@@ -624,11 +628,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 else:
                     p.grad.copy_(mean)
 
+    def _scaler_message(self, kwargs: Dict[str, Any]) -> Optional[str]:
+        """Server-side: whether torch's GradScaler is stepping this optimizer — it passes
+        grad_scaler= (torch 1.x) or sets found_inf (2.x) on an optimizer that supports AMP scaling."""
+        if "grad_scaler" in kwargs or hasattr(self, "found_inf"):
+            return "GradScaler.step() scales the gradients and skips steps on overflow"
+        return None
+
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Optional[Callable[[], Any]] = None, **kwargs: Any) -> Any:  # type: ignore[override]
         """Worker-side: runs the optimizer over the mean gradients backward left in .grad.
         Server-side: pushes every gradient not yet sent and writes the new parameters into the
-        model. closure, when given, re-evaluates the model and returns the loss (as in torch.optim)."""
+        model. closure, when given, re-evaluates the model and returns the loss (as in torch.optim).
+        kwargs: what torch's GradScaler passes (server-side it is refused)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -639,7 +651,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                    "this rank's own (was the last backward inside opt.no_sync()?)")
             self._exchanged = False
             if not self._momentum_step:
-                self.inner.step()
+                self.inner.step(**kwargs)
                 return loss
             changed = self._changed_message("between backward() and step(): after the Adam warm-up the momentum "
                                             "of each gradient as backward produced it was sent, and this step applied "
@@ -648,9 +660,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(changed)
             _momentum_adam.frozen_step(self.inner, {id(p) for p in self._tensors})
             return loss
-        changed = None if self._overlap else self._changed_message(
-            "(a clip, GradScaler.unscale_ or an edit between backward() and step()): nothing was sent")
+        unknown = sorted(set(kwargs) - {"grad_scaler"})
+        if unknown:
+            raise TypeError(f"step() got unexpected keyword arguments {unknown} (the optimizer runs on the server)")
+        scaler = self._scaler_message(kwargs)
+        changed = None if self._overlap else (f"{scaler}: nothing was sent" if scaler else self._changed_message(
+            "(a clip, GradScaler.unscale_ or an edit between backward() and step()): nothing was sent"))
         if changed:
+            self._taken.clear()
             raise RuntimeError(f"{changed}. A server-side optimizer takes each gradient as backward produced it; "
                                "to clip or unscale the mean gradient as DDP does, run the optimizer on the workers: "
                                "optimizer=torch.optim.<...>(...)")
@@ -658,6 +675,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._round_masters()
         changed = self._changed_message("(a clip, GradScaler.unscale_ or an edit between backward() and step()): "
                                         "this step applied the gradients as backward left them")
+        if scaler:
+            changed = f"{scaler}: this step applied the gradients as backward left them"
         if failure is not None:
             raise failure
         if changed:
