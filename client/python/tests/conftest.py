@@ -3,7 +3,6 @@ or $GRADAGG_SERVER_BIN) on 127.0.0.1:0 with a fresh data dir, killed at teardown
 from __future__ import annotations
 
 import os
-import resource
 import select
 import signal
 import subprocess
@@ -26,6 +25,11 @@ if os.environ.get("GRADAGG_PACKAGE") == "installed":
     assert Path(_lib.LIBRARY_PATH).resolve().parent == Path(_lib.__file__).resolve().parent, _lib.LIBRARY_PATH
 
 
+_SET_NOFILE_AND_EXEC = ("import os, resource, sys; "
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
+                        "os.execv(sys.argv[3], sys.argv[3:])")
+
+
 class Server:
     """A running gradagg-server: .addr is "127.0.0.1:<port>"."""
 
@@ -34,10 +38,13 @@ class Server:
         """nofile: the (soft, hard) RLIMIT_NOFILE the server starts with; None: this process's."""
         self.binary, self.data_dir, self.extra, self.nofile = binary, data_dir, extra, nofile
         self.log = data_dir / "server.log"  # appended to by every server started on data_dir
-        limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
-        self.proc = subprocess.Popen(
-            [binary, "--listen", listen, "--data-dir", str(data_dir / "data"), "--admin-listen", "", *extra],
-            stdout=subprocess.PIPE, stderr=open(self.log, "ab"), stdin=subprocess.DEVNULL, preexec_fn=limit)
+        argv = [binary, "--listen", listen, "--data-dir", str(data_dir / "data"), "--admin-listen", "", *extra]
+        if nofile:
+            # Set by a Python that then execs the server (same pid), not by a preexec_fn: forking
+            # while grpcio's threads run can hang the child before it execs (Python 3.13).
+            argv = [sys.executable, "-c", _SET_NOFILE_AND_EXEC, str(nofile[0]), str(nofile[1]), *argv]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(self.log, "ab"),
+                                     stdin=subprocess.DEVNULL)
         line = b""
         end = time.monotonic() + 20.0
         assert self.proc.stdout is not None
