@@ -36,7 +36,6 @@ struct ga_core {
     uv_timer_t *lease_timer; /* core_ranks.c: lapsed member leases */
     uint64_t adopted;        /* bundles that reached the core (ga_core_adopt): the sweep's sign of work */
     uint64_t adopted_swept;  /* `adopted` at the previous sweep */
-    bool heap_released;      /* the sweep gave the heap's free memory back since the last bundle */
     ga_histogram journal_seconds; /* core_persist.c: each journal write (and its sync) before an ack */
     /* A relay (core_relay.c): the place of the job the Join being handled names, which
      * ga_core_relay_map worked out before the Join reached the core. */

@@ -111,18 +111,17 @@ static void elastic_lost(ga_job *job, uint32_t rank, const char *what)
 #define RESTORED_LEASE_MS 30000u
 
 /* A server that received no bundle over a whole sweep period and holds none gives the heap's
- * free memory back, once until the next bundle (base/heap.h: while it works, the arenas keep what
- * a step freed for the next). */
+ * free memory back, at every such sweep (base/heap.h: while it works, the arenas keep what a step
+ * freed for the next). Not once per idle spell: what is freed later in it (a finished job removed,
+ * gRPC's buffers of closed connections) goes back too, and a heap with nothing to give back costs
+ * one walk of its free chunks. */
 static void heap_idle(ga_core *c)
 {
     if (c->adopted != c->adopted_swept) {
         c->adopted_swept = c->adopted;
-        c->heap_released = false;
         return;
     }
-    if (c->heap_released || c->held_bytes) return;
-    ga_heap_release();
-    c->heap_released = true;
+    if (!c->held_bytes) ga_heap_release();
 }
 
 static void sweep(uv_timer_t *timer)

@@ -194,6 +194,9 @@ def test_an_idle_server_hands_the_heap_back(tmp_path) -> None:
                 c.init()
                 for _ in range(3):
                     c.step([np.full(n, 1e-3, np.float32)])
+                # Idle past a sweep period before leaving: the hand-back comes while the job lives,
+                # and the job's own memory, freed when it is removed, must be handed back too.
+                time.sleep(1.0)
         run_ranks(worker, 2, timeout=120)
         assert wait_for(lambda: not job_dirs(s), 20), job_dirs(s)
         settled = wait_for(lambda: rss_mib(s.proc.pid) < before + 24, 30)
