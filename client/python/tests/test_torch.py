@@ -484,6 +484,35 @@ def test_plain_params_and_closure(server, job) -> None:
                              job=job + "x", rank=0, world_size=1, lr=0.1, **FAST)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_server_side_refuses_grad_scaler(server, job, overlap: bool) -> None:
+    # torch's GradScaler unscales .grad without bumping its version counter, so the server-side
+    # optimizer takes the scaling over (_step_supports_amp_scaling) and refuses it: torch 2.x sets
+    # found_inf (and grad_scale) before step(), torch 1.x passes grad_scaler=. Worker-side the
+    # optimizer leaves the unscale to GradScaler (test_recipes.py: bit for bit DDP).
+    model = torch.nn.Linear(2, 1, bias=False)
+    with DistributedOptimizer(model.parameters(), server=server.addr, job=job, rank=0, world_size=1, lr=0.1,
+                              overlap=overlap, **FAST) as opt:
+        assert opt._step_supports_amp_scaling
+        for handed in ({"grad_scaler": object()}, None):
+            model(torch.ones(1, 2)).sum().backward()
+            if handed is None:
+                opt.found_inf, opt.grad_scale = torch.zeros(1), torch.ones(1)
+            with pytest.raises(RuntimeError, match="GradScaler.step"):
+                opt.step(**(handed or {}))
+            opt.zero_grad()
+        del opt.found_inf, opt.grad_scale
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()  # without a scaler it steps
+        with pytest.raises(TypeError, match="unexpected keyword arguments"):
+            opt.step(foo=1)
+    worker = torch.nn.Linear(2, 1, bias=False)
+    inner = torch.optim.SGD(worker.parameters(), lr=0.1)
+    with DistributedOptimizer(worker.named_parameters(), server=server.addr, job=job + "w", rank=0, world_size=1,
+                              optimizer=inner, **FAST) as opt:
+        assert not opt._step_supports_amp_scaling
+
+
 def test_dgc_with_dense_biases(server, job) -> None:
     # As in the DGC paper: weights sparse, 1-d tensors dense; the dense ones get the momentum on
     # the worker too (no masking), and the server runs SGD with momentum 0 for all.
