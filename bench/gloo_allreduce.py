@@ -29,6 +29,7 @@ def worker(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
+    os.environ.setdefault("USE_LIBUV", "0")  # the store only bootstraps gloo; Debian's torch 2.x lacks libuv
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     dtype = torch.float16 if args.fp16 else torch.float32
     g = torch.full((args.elements,), float(rank + 1), dtype=torch.float32)

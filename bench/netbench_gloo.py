@@ -37,6 +37,7 @@ def main() -> int:
     torch.set_num_threads(1)
     try:
         g = torch.from_numpy(make_grad(a.rank, a.elements))
+        os.environ.setdefault("USE_LIBUV", "0")  # the store only bootstraps gloo; Debian's torch 2.x lacks libuv
         dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world)
         steps = []
         for i in range(a.warmup + a.steps):

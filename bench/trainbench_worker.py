@@ -27,6 +27,7 @@ def ddp_model(a: argparse.Namespace, model: torch.nn.Module) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", a.iface)
+    os.environ.setdefault("USE_LIBUV", "0")  # the store only bootstraps gloo; Debian's torch 2.x lacks libuv
     dist.init_process_group("gloo", init_method=f"tcp://{a.master}", rank=a.rank, world_size=a.world)
     if a.hook == "powersgd":
         # One bucket (DDP's first is 1 MB by default): with two, the hook's collectives are issued
