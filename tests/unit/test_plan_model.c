@@ -21,8 +21,8 @@ static void assert_close(double got, double want)
 
 /* A cost table where only the wire costs: every CPU and device cost zero, every link at its rate. */
 static plan_pair_costs free_pairs[] = {
-    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_NONE, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {GA_CODEC_2BIT, GA_CODEC_2BIT, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 static plan_costs free_costs = {"test", free_pairs, 2, 0, {0, 0, 0}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
 
@@ -124,7 +124,8 @@ static void shares_cut_large_tensors_and_balance_small_ones(void **state)
 static void cpu_terms_follow_the_formula(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0,
+                            NAN, NAN, NAN, NAN, NAN, 0};
     plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(8, 2);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -189,7 +190,8 @@ static void sublinear_pushes_caches_and_contention(void **state)
     assert_close(plan_pushes(256, 0.8, 256), pow(256, 0.8));
     assert_close(plan_pushes(1025, 0.8, 256) - plan_pushes(1024, 0.8, 256), 0.8 * pow(256, -0.2));
 
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.8, 0.5, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 0.8, 0.5, 0.25, 2.0,
+                            NAN, NAN, NAN, NAN, NAN, 0};
     plan_costs c = {"test", &pair, 1, 0, {0, 0.5, 0.75}, 1.0, 1.0, 0, 1.0, 0, 0, 0, 0, 0, 0};
     c.cache_elements = 1u << 20, c.sublinear_ranks = 256;
     plan_setup s = wire_only(8, 2);
@@ -245,7 +247,8 @@ static void sublinear_pushes_caches_and_contention(void **state)
 static void shared_cores_floor_the_iteration(void **state)
 {
     (void)state;
-    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0, NAN, NAN, NAN, NAN, NAN};
+    plan_pair_costs pair = {GA_CODEC_2BIT, GA_CODEC_2BIT, 2.0, 0.5, 3.0, 1.0, 1.0, 0.0, 0.25, 2.0,
+                            NAN, NAN, NAN, NAN, NAN, 0};
     plan_costs c = {"test", &pair, 1, 0, {0, 0, 0}, 1.0, 0.6, 0, 1.0, 0, 0, 0, 0, 0, 0};
     plan_setup s = wire_only(4, 1);
     s.push = s.pull = GA_CODEC_2BIT;
@@ -339,7 +342,7 @@ static void memory_is_the_accounted_bytes(void **state)
     assert_close(e.shard_budget_mib, (n * (8 + 8) + 16 * n / 4) / MiB);
     assert_close(e.shard_rss_mib, 20 + (n * 16 + 1.5 * 16 * n / 4) / MiB);
     s.pull = GA_CODEC_NONE; /* fp32 pulls: one fp32 copy */
-    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}};
+    c.pairs = (plan_pair_costs[]){{GA_CODEC_2BIT, GA_CODEC_NONE, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
     c.npairs = 1;
     assert_int_equal(plan_estimate_step(&s, &c, &e, msg, sizeof msg), 0);
     assert_close(e.shard_budget_mib, (n * (4 + 8) + 16 * n / 4) / MiB);
