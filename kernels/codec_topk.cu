@@ -7,7 +7,7 @@
  * Blocks own PER_BLOCK contiguous elements; a block's selected indices go to an offset given
  * by an exclusive scan (on the host) of the per-block counts, in index order within the block
  * (warp ballots), so the candidate list is in ascending order without sorting. Counts use
- * integer atomics or __syncthreads_count only. Scratch (device: ga_device_malloc, host:
+ * integer atomics or __syncthreads_count only. Scratch (device: ga_cuda_scratch_alloc, host:
  * ga_malloc) is allocated before the residual changes and freed before return; a CUDA error
  * after that point returns GA_E_CUDA with the residual possibly updated. */
 #include <cuda_runtime.h>
@@ -16,6 +16,7 @@
 
 #include "codec_internal.h"
 #include "codec_math.h"
+#include "cuda_check.h"
 #include "ga_alloc.h"
 #include "topk_select.h"
 
@@ -343,10 +344,10 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
     size_t host_bytes = 4 * round_up(c.blocks * 4) + round_up(pl->samples * 4) + 2 * round_up(pl->cap * 4) +
                         round_up(hist * 4) + round_up(hist * 8) + round_up(pl->varint ? pl->k * 5 : 0);
     void *dev = NULL;
-    GA_CHECK(ga_device_malloc(dev_bytes, &dev));
+    GA_CHECK(ga_cuda_scratch_alloc(c.st, dev_bytes, &dev));
     uint8_t *host = (uint8_t *)ga_malloc(host_bytes);
     if (!host) {
-        ga_device_free(dev);
+        (void)ga_cuda_scratch_free(c.st, dev, dev_bytes);
         return GA_E_NOMEM;
     }
     uint8_t *d = (uint8_t *)dev, *h = host;
@@ -370,17 +371,17 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
     c.h_varint = carve<uint8_t>(&h, pl->varint ? pl->k * 5 : 0);
 
     ga_status rc = encode_body(&c, out_len);
-    cudaStreamSynchronize(c.st); /* nothing may still use the scratch (or the header) */
+    ga_status freed = ga_cuda_scratch_free(c.st, dev, dev_bytes);
+    cudaStreamSynchronize(c.st); /* nothing may still use the host scratch (or the header) */
     ga_free(host);
-    ga_device_free(dev);
-    return rc;
+    return rc != GA_OK ? rc : freed;
 }
 
 /* ---- decode_add: the payload is small; validate and unpack it on the host with the CPU's
  *      code, then scatter-add on the device ---- */
 
 static ga_status decode_body(cudaStream_t st, const ga_codec_params *p, const uint8_t *payload, size_t len,
-                             size_t n, float *sum, uint8_t *h_payload, void **dev)
+                             size_t n, float *sum, uint8_t *h_payload, void **dev, size_t *dev_bytes)
 {
     CU(cudaMemcpyAsync(h_payload, payload, len, cudaMemcpyDefault, st));
     CU(cudaStreamSynchronize(st));
@@ -393,8 +394,9 @@ static ga_status decode_body(cudaStream_t st, const ga_codec_params *p, const ui
     uint32_t *h_idx = (uint32_t *)h;
     float *h_val = (float *)(h + round_up(count * sizeof(uint32_t)));
     ga_topk_unpack(p, h_payload, count, h_idx, h_val);
-    ga_status rc = ga_device_malloc(bytes, dev);
+    ga_status rc = ga_cuda_scratch_alloc(st, bytes, dev);
     if (rc == GA_OK) {
+        *dev_bytes = bytes;
         rc = GA_E_CUDA;
         uint8_t *d = (uint8_t *)*dev;
         if (cudaMemcpyAsync(d, h, bytes, cudaMemcpyDefault, st) == cudaSuccess) {
@@ -415,9 +417,10 @@ ga_status ga_topk_decode_add_cuda(const ga_exec *ex, const ga_codec_params *p, c
     uint8_t *h_payload = (uint8_t *)ga_malloc(len);
     if (!h_payload) return GA_E_NOMEM;
     void *dev = NULL;
-    ga_status rc = decode_body(st, p, payload, len, n, sum, h_payload, &dev);
+    size_t dev_bytes = 0;
+    ga_status rc = decode_body(st, p, payload, len, n, sum, h_payload, &dev, &dev_bytes);
+    ga_status freed = ga_cuda_scratch_free(st, dev, dev_bytes);
     cudaStreamSynchronize(st);
-    ga_device_free(dev);
     ga_free(h_payload);
-    return rc;
+    return rc != GA_OK ? rc : freed;
 }

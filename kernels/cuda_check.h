@@ -81,6 +81,25 @@ static inline ga_status ga_cuda_launch(cudaStream_t s, size_t items, void (*kern
     return ga_cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+/* Device scratch for one call, stream-ordered (cudaMallocAsync: the driver's pool, no
+ * device-wide synchronisation as cudaMalloc/cudaFree have), accounted as device memory. Free it
+ * on the same stream with the same size; the bytes are reused only after the work queued before
+ * the free. */
+static inline ga_status ga_cuda_scratch_alloc(cudaStream_t s, size_t bytes, void **out)
+{
+    GA_CUDA_TRY(cudaMallocAsync(out, bytes ? bytes : 1, s));
+    ga_mem_account_add(GA_MEM_DEVICE, bytes);
+    return GA_OK;
+}
+
+static inline ga_status ga_cuda_scratch_free(cudaStream_t s, void *p, size_t bytes)
+{
+    if (!p) return GA_OK;
+    ga_status rc = ga_cuda_status(cudaFreeAsync(p, s));
+    ga_mem_account_sub(GA_MEM_DEVICE, bytes);
+    return rc;
+}
+
 /* The validation flag: launches kernel(args..., flag) where flag is a zeroed device unsigned the
  * kernel ORs bits into (atomicOr: integer, so order does not matter), then copies it to *flags
  * and waits for the stream. The flag is allocated per call, stream-ordered (cudaMallocAsync),
@@ -92,15 +111,13 @@ static inline ga_status ga_cuda_flags(cudaStream_t s, size_t items, unsigned *fl
 {
     unsigned *dev = nullptr;
     unsigned host = 0;
-    GA_CUDA_TRY(cudaMallocAsync((void **)&dev, sizeof *dev, s));
-    ga_mem_account_add(GA_MEM_DEVICE, sizeof *dev);
+    GA_CHECK(ga_cuda_scratch_alloc(s, sizeof *dev, (void **)&dev));
     ga_status rc = ga_cuda_status(cudaMemsetAsync(dev, 0, sizeof *dev, s));
     if (rc == GA_OK) rc = ga_cuda_launch(s, items, kernel, std::forward<Args>(args)..., dev);
     if (rc == GA_OK) rc = ga_cuda_status(cudaMemcpyAsync(&host, dev, sizeof host, cudaMemcpyDeviceToHost, s));
-    ga_status freed = ga_cuda_status(cudaFreeAsync(dev, s));
+    ga_status freed = ga_cuda_scratch_free(s, dev, sizeof *dev);
     /* Always wait: the copy into `host` must land before this frame is gone. */
     ga_status synced = ga_cuda_status(cudaStreamSynchronize(s));
-    ga_mem_account_sub(GA_MEM_DEVICE, sizeof *dev);
     if (rc == GA_OK) rc = freed;
     if (rc == GA_OK) rc = synced;
     if (rc == GA_OK) *flags = host;
