@@ -175,11 +175,17 @@ def test_many_short_jobs_leave_nothing_behind(tmp_path) -> None:
         s.stop()
 
 
+#: glibc's largest heap of an arena other than the main one (HEAP_MAX_SIZE on 64-bit).
+ARENA_HEAP_MIB = 64
+
+
 def test_an_idle_server_hands_the_heap_back(tmp_path) -> None:
     # While it works the server's arenas keep the chunk payloads a step freed for the next one
     # (docs/reliability.md, "Memory"): 2 ranks x 48 MiB of fp32 pushes a step, in 1 MiB chunks.
     # Once no bundle has arrived for a whole sweep period (--rank-lost-ms / 4) it gives that
-    # memory back, and its RSS returns to what it was before the job.
+    # memory back, and its RSS returns to what it was before the job, but for the top of the second
+    # arena's heap, which glibc's malloc_trim does not shrink (under 64 MiB; docs/reliability.md).
+    # Without the hand-back the job leaves about 130 MiB more.
     s = Server(_lib.server_binary(), tmp_path, "--finished-job-retention-s", "0", "--rank-lost-ms", "400")
     try:
         train(s, "warm", 1, 2)  # gRPC's and the allocator's own pools
@@ -199,7 +205,7 @@ def test_an_idle_server_hands_the_heap_back(tmp_path) -> None:
                 time.sleep(1.0)
         run_ranks(worker, 2, timeout=120)
         assert wait_for(lambda: not job_dirs(s), 20), job_dirs(s)
-        settled = wait_for(lambda: rss_mib(s.proc.pid) < before + 24, 30)
+        settled = wait_for(lambda: rss_mib(s.proc.pid) < before + ARENA_HEAP_MIB, 30)
         print(f"RSS before the job {before:.0f} MiB, after it {rss_mib(s.proc.pid):.0f} MiB")
         assert settled, (before, rss_mib(s.proc.pid))
     finally:
