@@ -26,16 +26,6 @@
 #define MAX_GRID 8192
 #define NO_KEY 0xFFFFFFFFu /* keys are below 2^31: never equal */
 
-/* A failed call returns GA_E_CUDA and clears the thread's last error, so a later, unrelated
- * launch check does not report it again. */
-#define CU(call)                          \
-    do {                                  \
-        if ((call) != cudaSuccess) {      \
-            (void)cudaGetLastError();     \
-            return GA_E_CUDA;             \
-        }                                 \
-    } while (0)
-
 static unsigned grid_for(size_t n)
 {
     size_t g = (n + THREADS - 1) / THREADS;
@@ -188,7 +178,7 @@ template <typename T> static T *carve(uint8_t **p, size_t count)
 
 static ga_status wait_stream(topk_gpu *c)
 {
-    CU(cudaStreamSynchronize(c->st));
+    GA_CUDA_TRY(cudaStreamSynchronize(c->st));
     return GA_OK;
 }
 
@@ -197,9 +187,9 @@ static ga_status count_blocks(topk_gpu *c, int update, uint32_t gt_key, uint32_t
 {
     count_kernel<<<(unsigned)c->blocks, THREADS, 0, c->st>>>(c->grad, c->r, c->plan.n, update, gt_key, eq_key,
                                                                c->d_gt, c->d_eq);
-    CU(cudaGetLastError());
-    CU(cudaMemcpyAsync(c->h_gt, c->d_gt, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
-    CU(cudaMemcpyAsync(c->h_eq, c->d_eq, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaGetLastError());
+    GA_CUDA_TRY(cudaMemcpyAsync(c->h_gt, c->d_gt, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaMemcpyAsync(c->h_eq, c->d_eq, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
     GA_CHECK(wait_stream(c));
     size_t sum = 0;
     for (size_t b = 0; b < c->blocks; b++) sum += c->h_gt[b];
@@ -213,20 +203,20 @@ static ga_status compact(topk_gpu *c, uint32_t gt_key, uint32_t eq_key, size_t n
                          size_t *written)
 {
     *written = ga_topk_quotas(c->h_gt, c->h_eq, c->blocks, need_eq, c->h_quota, c->h_off);
-    CU(cudaMemcpyAsync(c->d_quota, c->h_quota, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
-    CU(cudaMemcpyAsync(c->d_off, c->h_off, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaMemcpyAsync(c->d_quota, c->h_quota, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaMemcpyAsync(c->d_off, c->h_off, c->blocks * sizeof(uint32_t), cudaMemcpyDefault, c->st));
     compact_kernel<<<(unsigned)c->blocks, THREADS, 0, c->st>>>(c->r, c->plan.n, gt_key, eq_key, c->d_quota,
                                                                  c->d_off, c->d_idx, want_keys ? c->d_keys : NULL);
-    CU(cudaGetLastError());
+    GA_CUDA_TRY(cudaGetLastError());
     return GA_OK;
 }
 
 static ga_status histogram(topk_gpu *c, uint32_t floor, int low_half, uint32_t hi_bin)
 {
-    CU(cudaMemsetAsync(c->d_hist, 0, GA_TOPK_HIST_BINS * sizeof(uint32_t), c->st));
+    GA_CUDA_TRY(cudaMemsetAsync(c->d_hist, 0, GA_TOPK_HIST_BINS * sizeof(uint32_t), c->st));
     hist_kernel<<<grid_for(c->plan.n), THREADS, 0, c->st>>>(c->r, c->plan.n, floor, low_half, hi_bin, c->d_hist);
-    CU(cudaGetLastError());
-    CU(cudaMemcpyAsync(c->h_hist, c->d_hist, GA_TOPK_HIST_BINS * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaGetLastError());
+    GA_CUDA_TRY(cudaMemcpyAsync(c->h_hist, c->d_hist, GA_TOPK_HIST_BINS * sizeof(uint32_t), cudaMemcpyDefault, c->st));
     GA_CHECK(wait_stream(c));
     for (size_t b = 0; b < GA_TOPK_HIST_BINS; b++) c->h_hist64[b] = c->h_hist[b];
     return GA_OK;
@@ -240,8 +230,8 @@ static ga_status select_indices(topk_gpu *c, size_t *count)
     if (!pl->exact) {
         sample_kernel<<<grid_for(pl->samples), THREADS, 0, c->st>>>(c->grad, c->r, pl->start, pl->stride,
                                                                      pl->samples, c->d_samples);
-        CU(cudaGetLastError());
-        CU(cudaMemcpyAsync(c->h_samples, c->d_samples, pl->samples * sizeof(uint32_t), cudaMemcpyDefault,
+        GA_CUDA_TRY(cudaGetLastError());
+        GA_CUDA_TRY(cudaMemcpyAsync(c->h_samples, c->d_samples, pl->samples * sizeof(uint32_t), cudaMemcpyDefault,
                            c->st));
         GA_CHECK(wait_stream(c));
         size_t greater;
@@ -262,14 +252,14 @@ static ga_status select_indices(topk_gpu *c, size_t *count)
         if (written <= pl->k) {
             *count = written;
             if (!pl->varint) return GA_OK;
-            CU(cudaMemcpyAsync(c->h_idx, c->d_idx, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+            GA_CUDA_TRY(cudaMemcpyAsync(c->h_idx, c->d_idx, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
             return wait_stream(c);
         }
-        CU(cudaMemcpyAsync(c->h_idx, c->d_idx, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
-        CU(cudaMemcpyAsync(c->h_keys, c->d_keys, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+        GA_CUDA_TRY(cudaMemcpyAsync(c->h_idx, c->d_idx, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+        GA_CUDA_TRY(cudaMemcpyAsync(c->h_keys, c->d_keys, written * sizeof(uint32_t), cudaMemcpyDefault, c->st));
         GA_CHECK(wait_stream(c));
         *count = ga_topk_trim(c->h_idx, c->h_keys, written, pl->k);
-        CU(cudaMemcpyAsync(c->d_idx, c->h_idx, *count * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+        GA_CUDA_TRY(cudaMemcpyAsync(c->d_idx, c->h_idx, *count * sizeof(uint32_t), cudaMemcpyDefault, c->st));
         return GA_OK;
     }
 
@@ -284,7 +274,7 @@ static ga_status select_indices(topk_gpu *c, size_t *count)
     GA_CHECK(count_blocks(c, 0, t, t, &total));
     GA_CHECK(compact(c, t, t, pl->k - above - above_lo, 0, count));
     if (!pl->varint) return GA_OK;
-    CU(cudaMemcpyAsync(c->h_idx, c->d_idx, *count * sizeof(uint32_t), cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaMemcpyAsync(c->h_idx, c->d_idx, *count * sizeof(uint32_t), cudaMemcpyDefault, c->st));
     return wait_stream(c);
 }
 
@@ -294,12 +284,12 @@ static ga_status encode_body(topk_gpu *c, size_t *out_len)
     size_t count;
     GA_CHECK(select_indices(c, &count));
     c->h_header = (uint32_t)count;
-    CU(cudaMemcpyAsync(c->out, &c->h_header, 4, cudaMemcpyDefault, c->st));
+    GA_CUDA_TRY(cudaMemcpyAsync(c->out, &c->h_header, 4, cudaMemcpyDefault, c->st));
     uint8_t *indices = c->out + 4 + count * pl->value_bytes;
     if (count > 0) {
         payload_kernel<<<grid_for(count), THREADS, 0, c->st>>>(c->d_idx, count, c->r, pl->fp16, c->out + 4,
                                                                pl->varint ? NULL : indices);
-        CU(cudaGetLastError());
+        GA_CUDA_TRY(cudaGetLastError());
     }
     size_t len = (size_t)(indices - c->out);
     if (!pl->varint) {
@@ -308,7 +298,7 @@ static ga_status encode_body(topk_gpu *c, size_t *out_len)
         size_t vlen = 0;
         for (size_t j = 0; j < count; j++)
             vlen += ga_topk_varint_put(c->h_varint + vlen, j == 0 ? c->h_idx[0] : c->h_idx[j] - c->h_idx[j - 1] - 1u);
-        if (vlen > 0) CU(cudaMemcpyAsync(indices, c->h_varint, vlen, cudaMemcpyDefault, c->st));
+        if (vlen > 0) GA_CUDA_TRY(cudaMemcpyAsync(indices, c->h_varint, vlen, cudaMemcpyDefault, c->st));
         len += vlen;
     }
     GA_CHECK(wait_stream(c));
@@ -330,8 +320,8 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
     const ga_topk_plan *pl = &c.plan;
     if (n == 0) {
         c.h_header = 0;
-        CU(cudaMemcpyAsync(out, &c.h_header, 4, cudaMemcpyDefault, c.st));
-        CU(cudaStreamSynchronize(c.st));
+        GA_CUDA_TRY(cudaMemcpyAsync(out, &c.h_header, 4, cudaMemcpyDefault, c.st));
+        GA_CUDA_TRY(cudaStreamSynchronize(c.st));
         *out_len = 4;
         return GA_OK;
     }
@@ -383,8 +373,8 @@ ga_status ga_topk_encode_cuda(const ga_exec *ex, const ga_codec_params *p, const
 static ga_status decode_body(cudaStream_t st, const ga_codec_params *p, const uint8_t *payload, size_t len,
                              size_t n, float *sum, uint8_t *h_payload, void **dev, size_t *dev_bytes)
 {
-    CU(cudaMemcpyAsync(h_payload, payload, len, cudaMemcpyDefault, st));
-    CU(cudaStreamSynchronize(st));
+    GA_CUDA_TRY(cudaMemcpyAsync(h_payload, payload, len, cudaMemcpyDefault, st));
+    GA_CUDA_TRY(cudaStreamSynchronize(st));
     size_t count;
     GA_CHECK(ga_topk_check(p, h_payload, len, n, &count));
     if (count == 0) return GA_OK;
